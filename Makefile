@@ -1,0 +1,49 @@
+# Set-up, benchmark and test targets. `make bench` and `make test` work on a fresh clone.
+PYTHON      ?= python3
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+# The CPU build of torch that lies on this machine kind's disk; installed before the project so
+# that pip never resolves torch to a multi-GB CUDA build.
+TORCH_SPEC  ?= torch==2.13.0
+PAIR        ?= qwen-coder-1.5b+0.5b
+SMOKE_PAIR  ?= smollm2-135m+self
+BENCH_ARGS  ?=
+K_SWEEP     ?= 2-8
+
+.PHONY: setup bench bench-smoke sweep test unit fetch clean-venv
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install "$(TORCH_SPEC)"
+	$(PY) -m pip install -e '.[dev]'
+	touch $@
+
+fetch: setup
+	$(PY) -m harness models fetch --pair $(PAIR)
+
+# The default benchmark: plain and assisted decoding interleaved per prompt, with the speedup.
+bench: fetch
+	$(PY) -m harness bench --pair $(PAIR) --compare --json results/bench.json --markdown results/bench.md $(BENCH_ARGS)
+
+# A real model that loads in seconds: SmolLM2-135M with itself in w8af32 as the draft.
+bench-smoke: setup
+	$(PY) -m harness models fetch --pair $(SMOKE_PAIR)
+	$(PY) -m harness bench --pair $(SMOKE_PAIR) --compare $(BENCH_ARGS)
+
+# The K sweep of the default pair (num_assistant_tokens 2..8), plain runs shared across K.
+sweep: fetch
+	$(PY) -m harness bench --pair $(PAIR) --compare --num-assistant-tokens $(K_SWEEP) \
+	    --json results/sweep.json --markdown results/sweep.md $(BENCH_ARGS)
+
+unit: setup
+	$(PY) -m pytest tests/unit -q
+
+# The test suite CI runs: unit tests (tiny random models) and the real-model smoke tests.
+test: setup
+	$(PY) -m pytest tests/unit tests/integration
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,263 @@
+"""A benchmark run: plain and assisted decoding interleaved per prompt, K sweeps, repeats.
+
+Data flow: registry pair -> models (+quant) -> prompts -> generate.measure_generation per
+(prompt, configuration, repeat) -> per-prompt rows (medians) -> per-configuration summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness import models, prompts, stats
+from harness.errors import HarnessError
+from harness.generate import ASSISTED, PLAIN, PROMPT_LOOKUP, DecodeSettings, GenerationResult, measure_generation
+from harness.platform import device_available
+from harness.registry import Matrix, PairSpec
+
+log = logging.getLogger(__name__)
+
+WARMUP_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One decoding configuration measured on every prompt: plain, or assisted with a K."""
+
+    mode: str  # plain | assisted | prompt-lookup
+    k: int | None = None
+
+    @property
+    def label(self) -> str:
+        return self.mode if self.k is None else f"{self.mode} k={self.k}"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    pair: PairSpec
+    task: str
+    run_plain: bool
+    run_assisted: bool
+    assisted_mode: str  # assisted | prompt-lookup
+    target_precision: str
+    draft_precision: str | None
+    ks: tuple[int, ...]
+    settings: DecodeSettings
+    repeats: int = 1
+    limit: int | None = None
+    device: str = "cpu"
+
+    def configurations(self) -> list[Configuration]:
+        configs = [Configuration(PLAIN)] if self.run_plain else []
+        if self.run_assisted:
+            configs += [Configuration(self.assisted_mode, k) for k in self.ks]
+        return configs
+
+
+@dataclass
+class Row:
+    """One prompt under one configuration: medians over the repeats (the reference's columns)."""
+
+    example: int
+    prompt_id: str
+    configuration: str
+    mode: str
+    k: int | None
+    prompt_tokens: int
+    new_tokens: int
+    total_s: float
+    prefill_ms: float
+    time_per_token_ms: float | None
+    tokens_per_sec: float | None
+    drafted: int | None
+    accepted: int | None
+    mean_accepted_length: float | None
+    target_forwards: int
+    speedup: float | None
+    cpu_s: float
+    same_tokens_as_plain: bool | None
+    samples: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Summary:
+    configuration: str
+    mode: str
+    k: int | None
+    prompts: int
+    median_tokens_per_sec: float | None
+    median_time_per_token_ms: float | None
+    median_speedup: float | None
+    acceptance_rate: float | None
+    mean_accepted_length: float | None
+    prompts_same_tokens_as_plain: int | None
+
+
+@dataclass
+class BenchResult:
+    config: BenchConfig
+    target: dict[str, Any]
+    draft: dict[str, Any] | None
+    rows: list[Row]
+    summary: list[Summary]
+
+
+def build_config(matrix: Matrix, pair_name: str, **overrides: Any) -> BenchConfig:
+    """Registry values, then explicit overrides (None means 'not given')."""
+    pair = matrix.pair(pair_name)
+    o = {k: v for k, v in overrides.items() if v is not None}
+    prompt_lookup = o.get("prompt_lookup")
+    assisted_mode = PROMPT_LOOKUP if (pair.mode == PROMPT_LOOKUP or prompt_lookup) else ASSISTED
+    ks = tuple(o.get("ks") or ((prompt_lookup,) if prompt_lookup else (pair.num_assistant_tokens,)))
+    task = o.get("task", matrix.defaults.task)
+    stops = matrix.prompt_set_for(task, pair).stop_sequences
+    max_new = o.get("max_new_tokens", matrix.defaults.max_new_tokens)
+    settings = DecodeSettings(
+        max_new_tokens=max_new,
+        min_new_tokens=max_new if task == "benchmark" else 0,
+        do_sample=o.get("do_sample", False),
+        temperature=o.get("temperature", 1.0),
+        top_p=o.get("top_p", 1.0),
+        seed=o.get("seed", 0),
+        num_assistant_tokens=ks[0],
+        schedule=o.get("schedule", pair.schedule),
+        confidence_threshold=o.get("confidence_threshold", pair.confidence_threshold),
+        prompt_lookup_ngram=matrix.defaults.prompt_lookup_ngram,
+        stop_sequences=stops,
+    )
+    mode = o.get("mode", "compare")
+    draft_precision = None if assisted_mode == PROMPT_LOOKUP else o.get("draft_precision", pair.draft_precision)
+    if assisted_mode == ASSISTED and pair.draft is None:
+        raise HarnessError(f"pair {pair.name!r} has no draft model; use --prompt-lookup N or another pair")
+    device = matrix.platform(o.get("platform", "cpu")).device
+    if reason := device_available(device):
+        raise HarnessError(f"--platform {o.get('platform')}: {reason}")
+    return BenchConfig(
+        pair=pair, task=task, run_plain=mode in ("compare", "plain"), run_assisted=mode in ("compare", "assisted"),
+        assisted_mode=assisted_mode, target_precision=o.get("target_precision", pair.target_precision),
+        draft_precision=draft_precision, ks=ks, settings=settings,
+        repeats=o.get("repeats", matrix.defaults.repeats), limit=o.get("limit"), device=device,
+    )
+
+
+def _loaded_info(m: models.LoadedModel) -> dict[str, Any]:
+    return {"name": m.name, "precision": m.precision, "path": str(m.path), "load_s": round(m.load_s, 2),
+            "parameters": sum(p.numel() for p in m.model.parameters()), "quantization": m.quant_record}
+
+
+def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
+    from tqdm.auto import tqdm
+
+    target = models.load(matrix.model(cfg.pair.target), cfg.target_precision, cfg.device)
+    draft = None
+    if cfg.run_assisted and cfg.assisted_mode == ASSISTED:
+        assert cfg.pair.draft is not None and cfg.draft_precision is not None
+        draft = models.load(matrix.model(cfg.pair.draft), cfg.draft_precision, cfg.device)
+    try:
+        prompt_set = matrix.prompt_set_for(cfg.task, cfg.pair)
+        prompt_list = prompts.load_prompts(prompt_set, target.tokenizer, limit=cfg.limit)
+        encoded = [_encode(p, target.tokenizer) for p in prompt_list]
+        configs = cfg.configurations()
+
+        def run(config: Configuration, ids: torch.LongTensor, settings: DecodeSettings) -> GenerationResult:
+            s = dataclasses.replace(settings, num_assistant_tokens=config.k or settings.num_assistant_tokens)
+            return measure_generation(target.model, ids, s, mode=config.mode,
+                                      assistant=draft.model if (draft and config.mode == ASSISTED) else None,
+                                      tokenizer=target.tokenizer)
+
+        warm = dataclasses.replace(cfg.settings, max_new_tokens=WARMUP_TOKENS, min_new_tokens=0)
+        for config in configs:  # first-call costs (kernel selection, allocations) stay out of the numbers
+            run(config, encoded[0], warm)
+
+        samples: dict[tuple[int, Configuration], list[GenerationResult]] = {}
+        bar = tqdm(total=len(encoded) * cfg.repeats * len(configs), desc=f"bench {cfg.pair.name}",
+                   unit="run", disable=not progress, file=sys.stderr)
+        for i, ids in enumerate(encoded):
+            for r in range(cfg.repeats):
+                # interleaved: plain and assisted alternate within each prompt; the order flips
+                # every repeat (ABBA) so a drifting machine does not favour one side
+                for config in (configs if r % 2 == 0 else configs[::-1]):
+                    result = run(config, ids, cfg.settings)
+                    samples.setdefault((i, config), []).append(result)
+                    bar.set_postfix_str(f"{prompt_list[i].id} {config.label} "
+                                        f"{result.tokens_per_sec or 0:.1f} tok/s")
+                    bar.update()
+        bar.close()
+    finally:
+        info_t = _loaded_info(target)
+        info_d = _loaded_info(draft) if draft else None
+        del target, draft
+        gc.collect()
+
+    rows = _rows(prompt_list, configs, samples, cfg.repeats)
+    return BenchResult(config=cfg, target=info_t, draft=info_d, rows=rows, summary=summarize(rows, configs))
+
+
+def _encode(p: prompts.Prompt, tokenizer: Any) -> torch.LongTensor:
+    if p.input_ids is not None:
+        return torch.tensor([p.input_ids], dtype=torch.long)
+    return tokenizer(p.text, return_tensors="pt")["input_ids"]
+
+
+def _rows(prompt_list: list[prompts.Prompt], configs: list[Configuration],
+          samples: dict[tuple[int, Configuration], list[GenerationResult]], repeats: int) -> list[Row]:
+    rows = []
+    plain = Configuration(PLAIN)
+    for i, p in enumerate(prompt_list):
+        plain_runs = samples.get((i, plain))
+        for config in configs:
+            runs = samples[(i, config)]
+            speedup = None
+            same = None
+            if config != plain and plain_runs:
+                # pair the r-th plain run with the r-th assisted run (same ABBA slot)
+                speedup = stats.median([stats.ratio(a.time_per_token_ms, b.time_per_token_ms)
+                                        for a, b in zip(plain_runs, runs)])
+                same = all(a.tokens == b.tokens for a, b in zip(plain_runs, runs))
+            med = lambda attr: stats.median([getattr(x, attr) for x in runs])  # noqa: E731
+            first = runs[0]
+            rows.append(Row(
+                example=i + 1, prompt_id=p.id, configuration=config.label, mode=config.mode, k=config.k,
+                prompt_tokens=first.prompt_tokens, new_tokens=int(med("new_tokens")), total_s=med("total_s"),
+                prefill_ms=med("prefill_ms"), time_per_token_ms=med("time_per_token_ms"),
+                tokens_per_sec=med("tokens_per_sec"),
+                drafted=first.drafted if repeats == 1 else _int_median(runs, "drafted"),
+                accepted=first.accepted if repeats == 1 else _int_median(runs, "accepted"),
+                mean_accepted_length=med("mean_accepted_length") if config.mode != PLAIN else None,
+                target_forwards=_int_median(runs, "target_forwards"), speedup=speedup, cpu_s=med("cpu_s"),
+                same_tokens_as_plain=same,
+                samples=[{k: v for k, v in r.as_dict().items() if k != "mode"} for r in runs],
+            ))
+    return rows
+
+
+def _int_median(runs: list[GenerationResult], attr: str) -> int | None:
+    m = stats.median([getattr(r, attr) for r in runs])
+    return None if m is None else int(round(m))
+
+
+def summarize(rows: list[Row], configs: list[Configuration]) -> list[Summary]:
+    out = []
+    for config in configs:
+        mine = [r for r in rows if r.configuration == config.label]
+        drafted = sum(r.drafted or 0 for r in mine)
+        assisted = config.mode != PLAIN
+        forwards = sum(r.target_forwards for r in mine)
+        out.append(Summary(
+            configuration=config.label, mode=config.mode, k=config.k, prompts=len(mine),
+            median_tokens_per_sec=stats.median([r.tokens_per_sec for r in mine]),
+            median_time_per_token_ms=stats.median([r.time_per_token_ms for r in mine]),
+            median_speedup=stats.median([r.speedup for r in mine]) if assisted else None,
+            acceptance_rate=(sum(r.accepted or 0 for r in mine) / drafted) if assisted and drafted else None,
+            mean_accepted_length=(sum(r.new_tokens for r in mine) / forwards) if assisted and forwards else None,
+            prompts_same_tokens_as_plain=(sum(bool(r.same_tokens_as_plain) for r in mine)
+                                          if assisted and any(r.same_tokens_as_plain is not None for r in mine)
+                                          else None),
+        ))
+    return out

