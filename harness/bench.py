@@ -162,7 +162,7 @@ def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> Ben
     try:
         prompt_set = matrix.prompt_set_for(cfg.task, cfg.pair)
         prompt_list = prompts.load_prompts(prompt_set, target.tokenizer, limit=cfg.limit)
-        encoded = [_encode(p, target.tokenizer) for p in prompt_list]
+        encoded = [prompts.encode(p, target.tokenizer, chat_template=prompt_set.chat_template) for p in prompt_list]
         configs = cfg.configurations()
 
         def run(config: Configuration, ids: torch.LongTensor, settings: DecodeSettings) -> GenerationResult:
@@ -197,12 +197,6 @@ def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> Ben
 
     rows = _rows(prompt_list, configs, samples, cfg.repeats)
     return BenchResult(config=cfg, target=info_t, draft=info_d, rows=rows, summary=summarize(rows, configs))
-
-
-def _encode(p: prompts.Prompt, tokenizer: Any) -> torch.LongTensor:
-    if p.input_ids is not None:
-        return torch.tensor([p.input_ids], dtype=torch.long)
-    return tokenizer(p.text, return_tensors="pt")["input_ids"]
 
 
 def _rows(prompt_list: list[prompts.Prompt], configs: list[Configuration],

