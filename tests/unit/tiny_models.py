@@ -27,6 +27,7 @@ def tiny_model(arch: str, seed: int, **kwargs) -> torch.nn.Module:
     model = AutoModelForCausalLM.from_config(tiny_config(arch, **kwargs), dtype=torch.float32).eval()
     # never stop early: the counters are compared over full-length generations
     model.generation_config.eos_token_id = None
+    model.config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model
 
@@ -34,3 +35,88 @@ def tiny_model(arch: str, seed: int, **kwargs) -> torch.nn.Module:
 def prompt(seed: int = 0, length: int = 12) -> torch.LongTensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(3, VOCAB, (1, length), generator=g)
+
+
+def perturbed(model: torch.nn.Module, scale: float, seed: int) -> torch.nn.Module:
+    """A copy of `model` with noise on every weight: a draft that agrees only part of the time."""
+    import copy
+
+    draft = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale * (p.std() if p.numel() > 1 else 1.0))
+    return draft
+
+
+def word_tokenizer():
+    """A real fast tokenizer over VOCAB words ('w3', 'w4', ...), for models built in tests."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, VOCAB)}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+
+
+def write_local_matrix(root, arch: str = "llama") -> "Path":
+    """Save a tiny target and draft (with tokenizer) under root and write a registry that names
+    them as `local` models, with a JSONL prompt set. Returns the registry path."""
+    import json
+    from pathlib import Path
+
+    root = Path(root)
+    tok = word_tokenizer()
+    for name, model in (("target", tiny_model(arch, 0)), ("draft", perturbed(tiny_model(arch, 0), 0.5, 7))):
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    prompts = [{"id": f"p{i}", "text": " ".join(f"w{(i * 7 + j) % (VOCAB - 3) + 3}" for j in range(10))}
+               for i in range(3)]
+    (root / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in prompts))
+    (root / "matrix.toml").write_text(f'''
+schema_version = 1
+[defaults]
+pair = "tiny+draft"
+task = "decode"
+max_new_tokens = 24
+repeats = 1
+schedule = "constant"
+confidence_threshold = 0.0
+prompt_lookup_ngram = 3
+[models.tiny-target]
+source = "local"
+path = "target"
+[models.tiny-draft]
+source = "local"
+path = "draft"
+[pairs."tiny+draft"]
+target = "tiny-target"
+draft = "tiny-draft"
+target_precision = "fp32"
+draft_precision = "fp32"
+num_assistant_tokens = 4
+prompt_set = "tiny-prompts"
+[pairs."tiny+lookup"]
+target = "tiny-target"
+mode = "prompt-lookup"
+target_precision = "fp32"
+num_assistant_tokens = 3
+prompt_set = "tiny-prompts"
+[platforms.cpu]
+device = "cpu"
+[prompt_sets.tiny-prompts]
+source = "jsonl"
+path = "prompts.jsonl"
+[prompt_sets.lengths]
+source = "corpus"
+corpus = "pydoc_data.topics"
+lengths = [8, 16]
+[prompt_sets.humaneval-all]
+source = "humaneval"
+[tasks]
+decode = "pair"
+benchmark = "lengths"
+benchmark_code = "humaneval-all"
+''')
+    return root / "matrix.toml"

@@ -1,0 +1,114 @@
+"""The CLI end to end on tiny local models (no downloads), and its errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.__main__ import parse_ks
+from harness.report import read_json
+from tiny_models import write_local_matrix
+
+
+def cli(*args: str, env: dict[str, str] | None = None, cwd=None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def tiny_matrix(tmp_path_factory):
+    return write_local_matrix(tmp_path_factory.mktemp("tiny"))
+
+
+def test_bench_compare_on_tiny_local_models(tiny_matrix, tmp_path):
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    r = cli("--matrix", str(tiny_matrix), "bench", "--no-progress", "-k", "2,4", "--repeats", "2",
+            "--json", str(out), "--markdown", str(md))
+    assert r.returncode == 0, r.stderr
+    for column in ("Example#", "Prompt Length (tokens)", "New Tokens Generated", "Total Time (s)",
+                   "Prefill Phase (ms)", "Time/Token (ms)", "Tokens/Sec", "Accepted/Drafted",
+                   "Mean Accepted Length", "Target Forwards", "Speedup"):
+        assert column in r.stdout
+    assert "Summary (medians over prompts):" in r.stdout
+    assert "assisted k=4: median" in r.stdout and "same tokens as plain on 3/3 prompts" in r.stdout
+    doc = read_json(out)  # validated against the schema on read too
+    assert doc["schema_version"] == 1 and doc["pair"] == "tiny+draft"
+    assert [s["configuration"] for s in doc["summary"]] == ["plain", "assisted k=2", "assisted k=4"]
+    assisted = [row for row in doc["rows"] if row["mode"] == "assisted"]
+    assert all(row["same_tokens_as_plain"] for row in assisted)  # fp32: exact
+    assert all(len(row["samples"]) == 2 for row in doc["rows"])
+    assert all(row["new_tokens"] == row["target_forwards"] + row["accepted"] for row in assisted)
+    assert "| Example# |" in md.read_text()
+
+
+def test_bench_prompt_lookup_and_fixed_length_task(tiny_matrix, tmp_path):
+    out = tmp_path / "r.json"
+    r = cli("--matrix", str(tiny_matrix), "bench", "--pair", "tiny+lookup", "--task", "benchmark",
+            "--no-progress", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert [row["prompt_tokens"] for row in doc["rows"] if row["mode"] == "plain"] == [8, 16]
+    assert all(row["new_tokens"] == 24 for row in doc["rows"])  # min_new_tokens == max_new_tokens
+    assert {row["mode"] for row in doc["rows"]} == {"plain", "prompt-lookup"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench", "--pair", "nope"], "error: Unknown pair 'nope'."),
+    (["bench", "--pair", "smollm2-135m+slf"], "Did you mean 'smollm2-135m+self'?"),
+    (["bench", "--draft-precision", "int3"], "argument --draft-precision: invalid choice: 'int3' (choose from"),
+    (["bench", "-k", "0"], "argument --num-assistant-tokens/-k: '0': every K must be within 1..64"),
+    (["bench", "-k", "two"], "give K as 6, a list 2,4,6 or a range 2-8"),
+    (["bench", "--top-p", "1.5"], "argument --top-p: 1.5 is outside (0.0, 1.0]"),
+    (["bench", "--temperature", "0.1"], "error: --temperature and --top-p apply to sampling; add --do-sample"),
+    (["bench", "--schedule", "fast"], "argument --schedule: invalid choice"),
+    (["bench", "--task", "chat"], "argument --task: invalid choice"),
+    (["bench", "--platform", "tpu"], "Unknown platform 'tpu'"),
+    (["bench", "--platform", "cuda"], "--platform cuda: no CUDA device"),
+    (["bench", "--pair", "smollm2-135m+lookup", "--draft-precision", "bf16"], "has no effect with prompt-lookup"),
+])
+def test_bad_options_name_the_option(args, message, tmp_path):
+    r = cli(*args, env={"HARNESS_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 2
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_unfetched_model_gives_the_fetch_command(tmp_path):
+    r = cli("bench", "--pair", "smollm2-135m+self", env={"HARNESS_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 2
+    assert "model 'smollm2-135m-instruct' is not fetched" in r.stderr
+    assert "Run: python -m harness models fetch smollm2-135m-instruct" in r.stderr
+
+
+def test_models_list_shows_status(tmp_path):
+    r = cli("models", "list", env={"HARNESS_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert str(tmp_path) in r.stdout
+    line = next(l for l in r.stdout.splitlines() if l.startswith("qwen2.5-coder-1.5b-instruct"))
+    assert "pypi-gguf" in line and "missing" in line and "22 PyPI package(s)" in line
+    assert any(l.startswith("opt-6.7b") and "hub" in l for l in r.stdout.splitlines())
+
+
+def test_offline_hub_fetch_is_one_line(tmp_path):
+    r = cli("models", "fetch", "opt-125m",
+            env={"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "HARNESS_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 1
+    assert "opt-125m: FAILED: model 'opt-125m' (facebook/opt-125m) is not in the local hub cache" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_pairs_lists_the_default():
+    r = cli("pairs")
+    assert r.returncode == 0
+    assert "qwen-coder-1.5b+0.5b [default]" in r.stdout
+
+
+def test_parse_ks():
+    assert parse_ks("6") == (6,)
+    assert parse_ks("2-4,8") == (2, 3, 4, 8)
+    assert parse_ks("3,3") == (3,)

@@ -1,0 +1,131 @@
+"""The measured generation on tiny random models of the seeds' architectures (OPT, Llama, Qwen2):
+assisted == plain in fp32, counters from the decoding loop agree with an independent replay."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from harness.generate import DecodeSettings, decode_metrics, measure_generation
+from tiny_models import ARCHITECTURES, perturbed, prompt, tiny_model
+
+K = 4
+SETTINGS = DecodeSettings(max_new_tokens=40, num_assistant_tokens=K)
+
+
+@pytest.fixture(scope="module", params=ARCHITECTURES)
+def target(request):
+    return tiny_model(request.param, seed=0)
+
+
+def drafts(target):
+    arch_seed = {"opt": 11, "llama": 12, "qwen2": 13}
+    unrelated = tiny_model(target.config.model_type, seed=arch_seed[target.config.model_type])
+    return {"unrelated": unrelated, "perturbed": perturbed(target, 0.6, seed=3)}
+
+
+def replay_acceptance(target_tokens: list[int], draft, prompt_ids: torch.LongTensor, k: int) -> list[int]:
+    """What the acceptance per verification step must be, rebuilt from the final tokens alone:
+    at each step the draft greedily proposes up to k tokens from the accepted prefix, the longest
+    prefix that agrees with the output is accepted, then one target token follows."""
+    pos, accepted = 0, []
+    while pos < len(target_tokens):
+        n = min(k, len(target_tokens) - pos - 1)  # transformers leaves room for the target's token
+        proposal: list[int] = []
+        if n > 0:
+            prefix = torch.cat([prompt_ids, torch.tensor([target_tokens[:pos]], dtype=torch.long)], dim=1)
+            out = draft.generate(prefix, attention_mask=torch.ones_like(prefix), max_new_tokens=n,
+                                 min_new_tokens=n, do_sample=False, pad_token_id=0)
+            proposal = out[0, prefix.shape[1]:].tolist()
+        m = 0
+        while m < len(proposal) and proposal[m] == target_tokens[pos + m]:
+            m += 1
+        accepted.append(m)
+        pos += m + 1
+    return accepted
+
+
+def test_assisted_equals_plain_in_fp32(target):
+    ids = prompt(seed=1)
+    plain = measure_generation(target, ids, SETTINGS)
+    assert plain.new_tokens == SETTINGS.max_new_tokens
+    assert plain.target_forwards == plain.new_tokens  # one target pass per token
+    for name, draft in drafts(target).items():
+        assisted = measure_generation(target, ids, SETTINGS, mode="assisted", assistant=draft)
+        assert assisted.tokens == plain.tokens, name
+    lookup = measure_generation(target, ids, SETTINGS, mode="prompt-lookup")
+    assert lookup.tokens == plain.tokens
+
+
+def test_identical_draft_accepts_every_drafted_token(target):
+    ids = prompt(seed=2)
+    r = measure_generation(target, ids, SETTINGS, mode="assisted", assistant=copy.deepcopy(target))
+    assert r.drafted == r.accepted > 0
+    assert all(a == d for a, d in zip(r.accepted_per_step, r.drafted_per_step))
+    # K+1 tokens per pass until the length budget: ceil(40 / 5) passes
+    assert r.target_forwards == -(-SETTINGS.max_new_tokens // (K + 1))
+    assert r.mean_accepted_length == pytest.approx(SETTINGS.max_new_tokens / r.target_forwards)
+
+
+@pytest.mark.parametrize("kind", ["unrelated", "perturbed"])
+def test_counters_match_what_the_tokens_show(target, kind):
+    ids = prompt(seed=3)
+    draft = drafts(target)[kind]
+    r = measure_generation(target, ids, SETTINGS, mode="assisted", assistant=draft)
+    assert r.accepted_per_step == replay_acceptance(r.tokens, draft, ids, K)
+    assert r.target_forwards == len(r.accepted_per_step)
+    assert r.new_tokens == r.target_forwards + r.accepted
+    assert r.accepted == sum(r.accepted_per_step) <= r.drafted == sum(r.drafted_per_step)
+
+
+def test_perturbed_draft_gives_partial_acceptance(target):
+    """Guards the test above against a degenerate case (all or nothing accepted)."""
+    r = measure_generation(target, prompt(seed=3), SETTINGS, mode="assisted", assistant=drafts(target)["perturbed"])
+    assert 0 < r.accepted < r.drafted
+
+
+def test_prompt_lookup_counters(target):
+    r = measure_generation(target, prompt(seed=4), SETTINGS, mode="prompt-lookup")
+    assert r.new_tokens == r.target_forwards + r.accepted
+    assert r.drafted == sum(r.drafted_per_step) >= r.accepted
+
+
+def test_assistant_state_is_reset_between_runs(target):
+    draft = drafts(target)["perturbed"]
+    heuristic = DecodeSettings(max_new_tokens=40, num_assistant_tokens=K, schedule="heuristic")
+    measure_generation(target, prompt(seed=5), heuristic, mode="assisted", assistant=draft)
+    assert draft.generation_config.num_assistant_tokens != K  # transformers adapted it in place
+    r = measure_generation(target, prompt(seed=5), SETTINGS, mode="assisted", assistant=draft)
+    budget = SETTINGS.max_new_tokens
+    produced = 0
+    for drafted, accepted in zip(r.drafted_per_step, r.accepted_per_step):
+        assert drafted == min(K, budget - produced - 1)
+        produced += accepted + 1
+
+
+def test_timings_are_consistent(target):
+    r = measure_generation(target, prompt(seed=6), SETTINGS, mode="assisted", assistant=drafts(target)["perturbed"])
+    assert 0 < r.prefill_ms / 1000 < r.total_s
+    expected_tpt, _ = decode_metrics(r.total_s, r.prefill_ms / 1000, r.new_tokens, r.accepted_per_step[0] + 1)
+    assert r.time_per_token_ms == pytest.approx(expected_tpt)
+    assert r.tokens_per_sec == pytest.approx(1000 / r.time_per_token_ms)
+    assert r.cpu_s > 0
+
+
+def test_decode_metrics_definition():
+    # DESIGN.md: (total - prefill) / (new - 1) for plain decoding
+    assert decode_metrics(2.0, 0.5, 16, 1) == pytest.approx((1500 / 15, 15 / 1.5))
+    # an assisted first pass that produced 4 tokens: those count with the prefill
+    assert decode_metrics(2.0, 0.5, 16, 4)[0] == pytest.approx(1500 / 12)
+    assert decode_metrics(1.0, 1.0, 1, 1) == (None, None)
+
+
+def test_bad_calls_are_refused(target):
+    with pytest.raises(ValueError, match="assistant model is needed"):
+        measure_generation(target, prompt(), SETTINGS, mode="assisted")
+    with pytest.raises(ValueError, match="shape"):
+        measure_generation(target, torch.cat([prompt(), prompt()]), SETTINGS)
+    with pytest.raises(ValueError, match="mode must be"):
+        measure_generation(target, prompt(), SETTINGS, mode="beam")
