@@ -95,8 +95,11 @@ def test_prompt_lookup_counters(target):
 def test_assistant_state_is_reset_between_runs(target):
     draft = drafts(target)["perturbed"]
     heuristic = DecodeSettings(max_new_tokens=40, num_assistant_tokens=K, schedule="heuristic")
-    measure_generation(target, prompt(seed=5), heuristic, mode="assisted", assistant=draft)
-    assert draft.generation_config.num_assistant_tokens != K  # transformers adapted it in place
+    h = measure_generation(target, prompt(seed=5), heuristic, mode="assisted", assistant=draft)
+    assert len(set(h.drafted_per_step[:-3])) > 1  # the heuristic schedule changes K as it goes
+    # the state transformers leaves on the assistant after such runs (FACTS.md)
+    draft.generation_config.num_assistant_tokens = 1
+    draft.generation_config.assistant_confidence_threshold = 0.4
     r = measure_generation(target, prompt(seed=5), SETTINGS, mode="assisted", assistant=draft)
     budget = SETTINGS.max_new_tokens
     produced = 0
