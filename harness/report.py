@@ -9,16 +9,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
-import os
 import sys
-import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 
-from harness import __version__
+from harness import __version__, jsonio
 from harness.bench import BenchResult, Row, Summary
 from harness.errors import ResultsError
 from harness.platform import detect
@@ -133,56 +131,17 @@ def _results_validator() -> jsonschema.Draft202012Validator:
 
 
 def validate_results(doc: Any, source: str) -> None:
-    errors = sorted(_results_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = errors[0]
-        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise ResultsError(f"{source}: {where}: {err.message}")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Temporary file in the same folder, fsync, rename: the old file or the new one, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    jsonio.validate(doc, _results_validator(), source, ResultsError)
 
 
 def write_json(doc: dict[str, Any], path: Path) -> None:
+    """Validated before anything is written; then written atomically."""
     validate_results(doc, f"results for {path}")
-    try:
-        text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
-    except ValueError as exc:  # NaN/Infinity would not be valid JSON
-        raise ResultsError(f"results for {path}: {exc}") from None
-    atomic_write_text(path, text)
+    jsonio.atomic_write_text(path, jsonio.dumps(doc, f"results for {path}", ResultsError))
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    def reject_constant(name: str) -> Any:
-        raise ResultsError(f"{path}: {name} is not valid JSON")
-
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [k for k, _ in pairs]
-        dup = next((k for k in keys if keys.count(k) > 1), None)
-        if dup is not None:
-            raise ResultsError(f"{path}: duplicate key {dup!r}")
-        return dict(pairs)
-
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=reject_constant,
-                         object_pairs_hook=no_duplicates)
-    except FileNotFoundError:
-        raise ResultsError(f"{path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ResultsError(f"{path}: not valid JSON: {exc}") from None
+    doc = jsonio.read_strict(path, ResultsError)
     if isinstance(doc, dict) and isinstance(doc.get("schema_version"), int) and doc["schema_version"] > RESULTS_SCHEMA_VERSION:
         raise ResultsError(f"{path}: schema_version {doc['schema_version']} is newer than this harness "
                            f"reads ({RESULTS_SCHEMA_VERSION}); upgrade the harness")
@@ -196,4 +155,4 @@ def write_markdown(result: BenchResult, path: Path) -> None:
             f"{'sampled' if cfg.settings.do_sample else 'greedy'}, repeats {cfg.repeats}\n\n"
             f"Platform: `{detect(cfg.device).id}`\n\n")
     summary = "\n".join(f"- {summary_line(s).strip()}" for s in result.summary)
-    atomic_write_text(path, head + render_tables(result, markdown=True) + "\n\n## Summary\n\n" + summary + "\n")
+    jsonio.atomic_write_text(path, head + render_tables(result, markdown=True) + "\n\n## Summary\n\n" + summary + "\n")

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from harness.errors import ResultsError
-from harness.report import atomic_write_text, read_json, write_json
+from harness.jsonio import atomic_write_text
+from harness.report import read_json, write_json
 from tiny_models import write_local_matrix
 
 
@@ -41,7 +42,8 @@ def test_invalid_results_are_not_written(results_doc, tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("", "not valid JSON"),
+    ("", "the file is empty"),
+    ('{"schema_version": 1, "x": 1e400}', "x: number out of range"),
     ('{"schema_version": 1, "rows": [', "not valid JSON"),
     ('{"schema_version": 1, "schema_version": 1}', "duplicate key 'schema_version'"),
     ('{"schema_version": 1, "x": NaN}', "NaN is not valid JSON"),

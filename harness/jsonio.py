@@ -1,0 +1,94 @@
+"""Strict JSON in, atomic JSON out, schema validation with errors that name the file and path.
+
+Python's json accepts NaN/Infinity and keeps the last of duplicate keys silently (FACTS.md);
+here both are errors. Writes go to a temporary file in the same folder, are fsynced and renamed:
+a reader sees the old file or the new one, never half of one, whatever interrupts the write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from harness.errors import HarnessError
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def dumps(doc: Any, source: str, error: type[HarnessError]) -> str:
+    try:
+        return json.dumps(doc, indent=1, allow_nan=False) + "\n"
+    except ValueError as exc:  # NaN/Infinity would not be valid JSON
+        raise error(f"{source}: {exc}") from None
+
+
+def loads_strict(text: str, source: str, error: type[HarnessError]) -> Any:
+    def reject_constant(name: str) -> Any:
+        raise error(f"{source}: {name} is not valid JSON (numbers must be finite)")
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise error(f"{source}: duplicate key {key!r}")
+            seen.add(key)
+        return dict(pairs)
+
+    if not text.strip():
+        raise error(f"{source}: the file is empty")
+    try:
+        doc = json.loads(text, parse_constant=reject_constant, object_pairs_hook=no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise error(f"{source}: not valid JSON (truncated or edited?): {exc}") from None
+    return _reject_overflow(doc, source, error)
+
+
+def _reject_overflow(doc: Any, source: str, error: type[HarnessError], path: str = "") -> Any:
+    """1e400 parses to inf without passing through parse_constant."""
+    if isinstance(doc, float) and (doc != doc or doc in (float("inf"), float("-inf"))):
+        raise error(f"{source}: {path or '(top level)'}: number out of range (not finite)")
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            _reject_overflow(v, source, error, f"{path}/{k}" if path else k)
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            _reject_overflow(v, source, error, f"{path}/{i}" if path else str(i))
+    return doc
+
+
+def read_strict(path: Path, error: type[HarnessError]) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text: {exc}") from None
+    return loads_strict(text, str(path), error)
+
+
+def validate(doc: Any, validator: jsonschema.protocols.Validator, source: str, error: type[HarnessError],
+             hint: str = "") -> None:
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise error(f"{source}: {where}: {err.message}{more}" + (f". {hint}" if hint else ""))
