@@ -117,6 +117,7 @@ class Matrix:
     platforms: dict[str, PlatformSpec]
     prompt_sets: dict[str, PromptSetSpec]
     tasks: dict[str, str] = field(default_factory=dict)
+    perf: dict[str, Any] = field(default_factory=dict)  # the perf gate's table; expanded by harness/perf.py
 
     def model(self, name: str) -> ModelSpec:
         return _lookup("model", name, self.models, self.path)
@@ -172,7 +173,7 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
     platforms = {name: PlatformSpec(name=name, device=p["device"]) for name, p in raw["platforms"].items()}
     prompt_sets = {name: _prompt_set_spec(name, s, path.parent) for name, s in raw["prompt_sets"].items()}
     matrix = Matrix(path=path, defaults=defaults, models=models, pairs=pairs, platforms=platforms,
-                    prompt_sets=prompt_sets, tasks=dict(raw["tasks"]))
+                    prompt_sets=prompt_sets, tasks=dict(raw["tasks"]), perf=raw["perf"])
     _cross_check(matrix)
     return matrix
 
@@ -234,5 +235,22 @@ def _cross_check(matrix: Matrix) -> None:
     for task, set_name in matrix.tasks.items():
         if set_name != "pair" and set_name not in matrix.prompt_sets:
             raise UnknownNameError("prompt set", set_name, matrix.prompt_sets, where=f"{where}: tasks.{task}")
+    known = set(precisions())
+    for i, entry in enumerate(matrix.perf.get("combinations", [])):
+        key = f"{where}: perf.combinations.{i}"
+        if entry["pair"] not in matrix.pairs:
+            raise UnknownNameError("pair", entry["pair"], matrix.pairs, where=f"{key}.pair")
+        for platform in entry["platforms"]:
+            if platform not in matrix.platforms:
+                raise UnknownNameError("platform", platform, matrix.platforms, where=f"{key}.platforms")
+        pair = matrix.pairs[entry["pair"]]
+        for spec in entry["precisions"]:
+            sides = spec.split("+")
+            if len(sides) != (1 if pair.mode == "prompt-lookup" else 2):
+                raise RegistryError(f"{key}.precisions: {spec!r}: write 'target+draft' for a draft pair and "
+                                    "'target' alone for prompt lookup")
+            for side in sides:
+                if side not in known:
+                    raise UnknownNameError("precision", side, known, where=f"{key}.precisions")
     if matrix.defaults.pair not in matrix.pairs:
         raise UnknownNameError("pair", matrix.defaults.pair, matrix.pairs, where=f"{where}: defaults.pair")

@@ -1,0 +1,3 @@
+"""Registers the perf gate's pytest plugin (all its options and hooks: harness/plugin.py)."""
+
+pytest_plugins = ["harness.plugin"]

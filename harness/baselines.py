@@ -1,0 +1,133 @@
+"""Per-platform baselines: read, validate, migrate, merge and write `baselines/<platform-id>.json`.
+
+A baseline file belongs to one machine fingerprint (harness/platform.py). It is validated against
+baselines/schema.json on read and on write, written atomically (temporary file, fsync, rename),
+and only this machine's file is ever written. Older schema versions are migrated by an explicit
+function per version step (`MIGRATIONS`); a version without one is an error, never a guess.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from harness import jsonio
+from harness.errors import HarnessError
+from harness.registry import PACKAGE_DIR
+
+SCHEMA_VERSION = 1
+SCHEMA_PATH = PACKAGE_DIR.parent / "baselines" / "schema.json"
+DEFAULT_DIR = PACKAGE_DIR.parent / "baselines"
+UPDATE_COMMAND = "pytest -m perf --update-baselines"
+
+# version N -> function turning a version-N document into a version-(N+1) document
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+class BaselineError(HarnessError):
+    """A baseline file that cannot be used; the message names the file, the JSON path and the fix."""
+
+
+def _hint(path: Path) -> str:
+    return (f"Fix or restore the file (git checkout -- {path}), or measure this machine again with "
+            f"`{UPDATE_COMMAND}` and review the diff")
+
+
+@cache
+def _validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
+
+
+def path_for(directory: Path, platform_id: str) -> Path:
+    return Path(directory) / f"{platform_id}.json"
+
+
+def migrate(doc: dict[str, Any], source: str) -> dict[str, Any]:
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise BaselineError(f"{source}: schema_version: expected an integer, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise BaselineError(f"{source}: schema_version {version} is newer than this harness reads "
+                            f"({SCHEMA_VERSION}); update the harness (git pull) rather than the file")
+    doc = copy.deepcopy(doc)
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise BaselineError(f"{source}: schema_version {version} has no migration to {version + 1}; "
+                                f"regenerate the file with `{UPDATE_COMMAND}`")
+        doc = step(doc)
+        version += 1
+        doc["schema_version"] = version
+    return doc
+
+
+def validate(doc: Any, source: str, path: Path) -> None:
+    jsonio.validate(doc, _validator(), source, BaselineError, hint=_hint(path))
+
+
+def load(path: Path, *, platform_id: str | None = None) -> dict[str, Any] | None:
+    """The validated (and, if old, migrated) document, or None when the file does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    doc = jsonio.read_strict(path, BaselineError)
+    if not isinstance(doc, dict):
+        raise BaselineError(f"{path}: (top level): expected a JSON object. {_hint(path)}")
+    doc = migrate(doc, str(path))
+    validate(doc, str(path), path)
+    owner = doc["platform"]["id"]
+    if owner != path.stem:
+        raise BaselineError(f"{path}: platform/id: the file holds platform {owner!r} but is named "
+                            f"{path.name!r}; rename it to {owner}.json or restore it")
+    if platform_id is not None and owner != platform_id:
+        raise BaselineError(f"{path}: platform/id: {owner!r} is another machine's baseline; this machine is "
+                            f"{platform_id!r} (its file: {path.with_name(platform_id + '.json').name})")
+    return doc
+
+
+def merged(old: dict[str, Any] | None, platform: Mapping[str, Any], records: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """This machine's document with the measured combinations replaced or added; others kept."""
+    doc = copy.deepcopy(old) if old else {"schema_version": SCHEMA_VERSION, "platform": dict(platform), "combinations": {}}
+    doc["schema_version"] = SCHEMA_VERSION
+    doc["platform"] = dict(platform)
+    doc["combinations"].update(copy.deepcopy(dict(records)))
+    doc["combinations"] = dict(sorted(doc["combinations"].items()))
+    return doc
+
+
+def write(path: Path, doc: dict[str, Any]) -> None:
+    """Validate first, then replace atomically: an error or Ctrl-C leaves the old file as it was."""
+    path = Path(path)
+    validate(doc, f"new baselines for {path}", path)
+    if doc["platform"]["id"] != path.stem:
+        raise BaselineError(f"{path}: refusing to write platform {doc['platform']['id']!r} into another "
+                            "platform's file")
+    jsonio.atomic_write_text(path, jsonio.dumps(doc, str(path), BaselineError))
+
+
+def changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """Human-readable lines: which combinations were added or changed, medians before -> after."""
+    before = (old or {}).get("combinations", {})
+    lines = []
+    for cid, rec in new["combinations"].items():
+        prev = before.get(cid)
+        if prev is None:
+            lines.append(f"+ {cid}: plain {rec['plain_tokens_per_sec']['median']:.3g} tok/s, assisted "
+                         f"{rec['assisted_tokens_per_sec']['median']:.3g} tok/s, speedup {rec['speedup']['median']:.3g}x")
+            continue
+        if prev == rec:
+            continue
+        parts = []
+        for key, unit in (("plain_tokens_per_sec", " tok/s"), ("assisted_tokens_per_sec", " tok/s"), ("speedup", "x")):
+            a, b = prev[key]["median"], rec[key]["median"]
+            parts.append(f"{key} {a:.3g}{unit} -> {b:.3g}{unit} ({(b / a - 1) * 100:+.1f}%)")
+        if prev.get("exact") != rec.get("exact"):
+            parts.append("exact counters changed")
+        lines.append(f"~ {cid}: " + ", ".join(parts))
+    return lines

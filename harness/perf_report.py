@@ -1,0 +1,91 @@
+"""Reports of a perf session: the terminal summary, results.json (versioned, schema-checked),
+summary.md and speedup.png (plain against assisted tokens/s, with the speedup, per combination)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from harness import __version__, jsonio, stats
+from harness.errors import ResultsError
+from harness.registry import PACKAGE_DIR
+
+SCHEMA = PACKAGE_DIR / "schemas" / "perf-results.schema.json"
+HEADERS = ["Combination", "Plain tok/s", "Assisted tok/s", "Speedup", "Acceptance", "Rounds", "Verdict", "Detail"]
+
+
+def _row(r: dict[str, Any]) -> list[str]:
+    def med(key: str, fmt: str) -> str:
+        m = stats.median(r[key])
+        return "-" if m is None else format(m, fmt)
+
+    detail = ""
+    if "decisions" in r:
+        detail = ", ".join(f"{m.replace('_tokens_per_sec', '')} {(d['ratio'] - 1) * 100:+.1f}% "
+                           f"(tol {d['tolerance']:.0%})" for m, d in r["decisions"].items())
+        if r.get("exact"):
+            detail += f", exact {r['exact']}"
+    elif "tolerance" in r:
+        detail = "tolerance " + ", ".join(f"{m.replace('_tokens_per_sec', '')} {v:.0%}"
+                                         for m, v in r["tolerance"].items() if m != "source")
+    acc = "-" if r.get("acceptance_rate") is None else f"{r['acceptance_rate']:.0%}"
+    return [r["combination"], med("plain_tokens_per_sec", ".2f"), med("assisted_tokens_per_sec", ".2f"),
+            med("speedup", ".2f") + "x", acc, str(len(r["speedup"])), r["verdict"].upper(), detail]
+
+
+def summary_lines(results: list[dict[str, Any]]) -> list[str]:
+    rows = [_row(r) for r in results]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(HEADERS)]
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return [fmt(HEADERS), fmt(["-" * w for w in widths]), *(fmt(row) for row in rows)]
+
+
+@cache
+def _validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
+
+
+def write_all(results: list[dict[str, Any]], directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    doc = {"schema_version": 1, "harness_version": __version__,
+           "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "results": results}
+    jsonio.validate(doc, _validator(), f"perf results for {directory}", ResultsError)
+    jsonio.atomic_write_text(directory / "results.json", jsonio.dumps(doc, str(directory), ResultsError))
+    rows = [_row(r) for r in results]
+    md = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)] + ["| " + " | ".join(r) + " |" for r in rows]
+    jsonio.atomic_write_text(directory / "summary.md", "\n".join(md) + "\n")
+    chart(results, directory / "speedup.png")
+
+
+def chart(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["combination"] for r in results]
+    plain = [stats.median(r["plain_tokens_per_sec"]) or 0 for r in results]
+    assisted = [stats.median(r["assisted_tokens_per_sec"]) or 0 for r in results]
+    speedup = [stats.median(r["speedup"]) or 0 for r in results]
+    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(names) + 2), 4.8))
+    xs = range(len(names))
+    ax.bar([x - 0.2 for x in xs], plain, width=0.4, label="plain", color="#8c8c8c")
+    ax.bar([x + 0.2 for x in xs], assisted, width=0.4, label="assisted", color="#2a7ab9")
+    for x, a, s, r in zip(xs, assisted, speedup, results):
+        ax.annotate(f"{s:.2f}x" + (" FAIL" if r["verdict"] == "fail" else ""), (x + 0.2, a), ha="center",
+                    va="bottom", fontsize=9, color="#b22222" if r["verdict"] == "fail" else "black")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(names, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("tokens/s (median)")
+    ax.set_title("Plain vs assisted decoding, speedup per combination")
+    ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)

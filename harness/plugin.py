@@ -1,0 +1,257 @@
+"""pytest plugin of the perf gate: every option and hook in one module (like pytest-benchmark's).
+
+Registered by the top-level conftest.py. Options are namespaced under "perf gate" in --help and
+validated at start-up; errors name the flag to fix.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import baselines, perf, platform, registry
+from harness.errors import HarnessError
+
+log = logging.getLogger(__name__)
+
+_STATE = pytest.StashKey["PerfSession"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("perf gate", "assisted-generation perf gate (harness/plugin.py)")
+    g.addoption("--baselines-dir", default=str(baselines.DEFAULT_DIR), metavar="DIR",
+                help="folder of <platform-id>.json baselines (default: baselines/)")
+    g.addoption("--update-baselines", action="store_true",
+                help="measure and write this machine's baseline file (others are never touched)")
+    g.addoption("--pair", action="append", default=[], metavar="NAME",
+                help="only these registry pairs (repeatable)")
+    g.addoption("--platform", action="append", default=[], metavar="NAME",
+                help="only these registry platforms (repeatable), e.g. cpu, cuda")
+    g.addoption("--perf-repeats", type=int, default=None, metavar="N",
+                help="rounds (interleaved plain/assisted samples) before the first decision")
+    g.addoption("--perf-max-repeats", type=int, default=None, metavar="N",
+                help="cap on rounds while a decision is inconclusive")
+    g.addoption("--perf-tolerance", type=float, default=None, metavar="FRACTION",
+                help="override the calibrated tolerance of every baseline, e.g. 0.1 for 10%%")
+    g.addoption("--perf-missing-baseline", choices=("fail", "skip"), default="fail",
+                help="a combination without a baseline on this platform: fail (default) or skip")
+    g.addoption("--perf-report-dir", default="results/perf", metavar="DIR",
+                help="where results.json, summary.md and speedup.png go (default: results/perf)")
+    g.addoption("--perf-matrix", default=None, metavar="PATH", help="registry file (default: harness/matrix.toml)")
+
+
+def _check_options(config: pytest.Config) -> None:
+    def bad(flag: str, why: str) -> None:
+        raise pytest.UsageError(f"{flag}: {why}")
+
+    repeats, cap = config.getoption("perf_repeats"), config.getoption("perf_max_repeats")
+    if repeats is not None and repeats < 2:
+        bad("--perf-repeats", f"{repeats}: at least 2 rounds are needed for a spread")
+    if cap is not None and cap < (repeats or 2):
+        bad("--perf-max-repeats", f"{cap}: must be at least --perf-repeats ({repeats or 2})")
+    tol = config.getoption("perf_tolerance")
+    if tol is not None and not (0 < tol < 1) or (tol is not None and math.isnan(tol)):
+        bad("--perf-tolerance", f"{tol}: give a fraction between 0 and 1, e.g. 0.1 for 10%")
+    directory = Path(config.getoption("baselines_dir"))
+    if directory.exists() and not directory.is_dir():
+        bad("--baselines-dir", f"{directory} is not a folder")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _check_options(config)
+    try:
+        matrix = registry.load_matrix(config.getoption("perf_matrix"))
+    except HarnessError as exc:
+        raise pytest.UsageError(f"--perf-matrix: {exc}") from None
+    known_pairs = {c.pair for c in perf.combinations(matrix)}
+    for name in config.getoption("pair"):
+        if name not in known_pairs:
+            from harness.errors import did_you_mean
+
+            raise pytest.UsageError(f"--pair {name!r} has no perf combinations.{did_you_mean(name, known_pairs)} "
+                                    f"Available: {', '.join(sorted(known_pairs))}")
+    for name in config.getoption("platform"):
+        if name not in matrix.platforms:
+            raise pytest.UsageError(f"--platform {name!r} is not in the registry; available: "
+                                    f"{', '.join(matrix.platforms)}")
+    config.stash[_STATE] = PerfSession(config, matrix)
+
+
+class PerfSession:
+    """Session state: the loaded models (one pair at a time), baselines, staged updates, results."""
+
+    def __init__(self, config: pytest.Config, matrix: registry.Matrix):
+        self.config, self.matrix = config, matrix
+        self.settings = perf.PerfSettings.from_matrix(
+            matrix, rounds=config.getoption("perf_repeats"), max_rounds=config.getoption("perf_max_repeats"),
+            tolerance_override=config.getoption("perf_tolerance"))
+        if self.settings.max_rounds < self.settings.rounds:
+            self.settings = perf.PerfSettings(**{**self.settings.__dict__, "max_rounds": self.settings.rounds})
+        self.directory = Path(config.getoption("baselines_dir"))
+        self.updating = config.getoption("update_baselines")
+        self.loaded: perf.LoadedPair | None = None
+        self.staged: dict[str, dict[str, Any]] = {}
+        self.results: list[dict[str, Any]] = []
+        self._baseline_doc: dict[str, Any] | None = None
+        self._baseline_loaded = False
+        self.update_lines: list[str] = []
+
+    # models: one pair in memory at a time (24 GiB here)
+    def models_for(self, combo: perf.Combination) -> perf.LoadedPair:
+        if self.loaded is None or self.loaded.key != combo.model_key:
+            self.loaded = None
+            gc.collect()
+            self.loaded = perf.load_pair(self.matrix, combo)
+        return self.loaded
+
+    def platform_id(self, device: str) -> str:
+        return platform.detect(device).id
+
+    def baseline_path(self, device: str) -> Path:
+        return baselines.path_for(self.directory, self.platform_id(device))
+
+    def baseline_doc(self, device: str) -> dict[str, Any] | None:
+        if not self._baseline_loaded:
+            self._baseline_doc = baselines.load(self.baseline_path(device), platform_id=self.platform_id(device))
+            self._baseline_loaded = True
+        return self._baseline_doc
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "perf_combination" not in metafunc.fixturenames:
+        return
+    state: PerfSession = metafunc.config.stash[_STATE]
+    pairs, platforms = metafunc.config.getoption("pair"), metafunc.config.getoption("platform")
+    params = []
+    for combo in perf.combinations(state.matrix):
+        if (pairs and combo.pair not in pairs) or (platforms and combo.platform not in platforms):
+            continue
+        marks = [pytest.mark.perf]
+        if combo.slow:
+            marks.append(pytest.mark.slow)
+        if combo.device == "cuda":
+            marks.append(pytest.mark.gpu)
+        if reason := platform.device_available(combo.device):
+            marks.append(pytest.mark.skip(reason=f"{combo.platform}: {reason}"))
+        params.append(pytest.param(combo, id=combo.id, marks=marks))
+    metafunc.parametrize("perf_combination", params)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group perf tests by loaded models so each pair loads once; keep the rest in place."""
+    def key(item: pytest.Item) -> tuple:
+        callspec = getattr(item, "callspec", None)
+        combo = callspec.params.get("perf_combination") if callspec else None
+        return (0,) if combo is None else (1, combo.model_key, combo.id)
+    perf_items = sorted((i for i in items if key(i)[0] == 1), key=key)
+    others = [i for i in items if key(i)[0] == 0]
+    items[:] = others + perf_items
+
+
+@pytest.fixture(scope="session")
+def perf_session(request: pytest.FixtureRequest) -> PerfSession:
+    return request.config.stash[_STATE]
+
+
+def run_gate(session: PerfSession, combo: perf.Combination, benchmark: Any) -> None:
+    """Measure one combination and apply the gates (or stage its new baseline)."""
+    path = session.baseline_path(combo.device)
+    try:
+        doc = session.baseline_doc(combo.device)
+    except baselines.BaselineError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    baseline = (doc or {}).get("combinations", {}).get(combo.id)
+    if baseline is None and not session.updating:
+        message = (f"{combo.id}: no baseline on platform {session.platform_id(combo.device)} in {path}. "
+                   f"Measure it with: pytest -m perf --update-baselines -k '{combo.id}' (then review and commit "
+                   f"{path.name})")
+        if session.config.getoption("perf_missing_baseline") == "skip":
+            pytest.skip(message)
+        pytest.fail(message, pytrace=False)
+
+    runner = perf.Runner(session.matrix, combo, session.models_for(combo), session.settings)
+    runner.warmup()
+    rounds = session.settings.rounds if not session.updating else session.settings.max_rounds
+    if benchmark is not None and not getattr(benchmark, "disabled", False):
+        benchmark.pedantic(runner.round, rounds=rounds, iterations=1)
+    else:
+        for _ in range(rounds):
+            runner.round()
+
+    result: dict[str, Any] = {"combination": combo.id, "platform": session.platform_id(combo.device)}
+    for name in perf.METRICS:
+        result[name] = runner.samples.metric(name)
+    counters = runner.exact_counters() or runner.samples.counters[0]
+    drafted = sum(c["drafted"] for c in counters.values())
+    result["acceptance_rate"] = (sum(c["accepted"] for c in counters.values()) / drafted) if drafted else None
+    if session.updating:
+        record = runner.baseline_record(perf.git_commit())
+        session.staged[combo.id] = record
+        result["verdict"] = "baseline staged"
+        result["tolerance"] = record["tolerance"]
+    else:
+        verdict = perf.evaluate(runner, baseline)
+        result["verdict"] = "fail" if verdict.failed else "pass"
+        result["decisions"] = {m: d.as_dict() for m, d in verdict.decisions.items()}
+        result["exact"] = None if verdict.exact is None else verdict.exact.verdict
+        result["notes"] = verdict.notes
+        result["rounds"] = verdict.rounds
+    for name in perf.METRICS:  # after evaluate: includes any extra rounds
+        result[name] = list(runner.samples.metric(name))
+    session.results.append(result)
+    if benchmark is not None:
+        benchmark.extra_info.update({"combination": combo.id, "verdict": result["verdict"],
+                                     "acceptance_rate": result["acceptance_rate"],
+                                     **{f"{m}_samples": result[m] for m in perf.METRICS}})
+    if not session.updating and verdict.failed:
+        pytest.fail(verdict.message(session.platform_id(combo.device), str(path)), pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state: PerfSession | None = session.config.stash.get(_STATE, None)
+    if state is None:
+        return
+    if state.results:
+        from harness import perf_report
+
+        perf_report.write_all(state.results, Path(session.config.getoption("perf_report_dir")))
+    if not state.updating or not state.staged:
+        return
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        log.warning("interrupted: baselines not written")
+        state.update_lines = ["interrupted: no baseline written; the old file is unchanged"]
+        return
+    by_device: dict[str, dict[str, Any]] = {}
+    for cid, record in state.staged.items():
+        combo = next(c for c in perf.combinations(state.matrix) if c.id == cid)
+        by_device.setdefault(combo.device, {})[cid] = record
+    lines = []
+    for device, records in by_device.items():
+        path = state.baseline_path(device)
+        old = state.baseline_doc(device)
+        new = baselines.merged(old, platform.detect(device).as_dict(), records)
+        baselines.write(path, new)
+        changed = baselines.changes(old, new)
+        lines.append(f"wrote {path} ({len(records)} combination(s) measured):")
+        lines += ["  " + c for c in changed] or ["  (no change)"]
+    state.update_lines = lines
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state: PerfSession | None = config.stash.get(_STATE, None)
+    if state is None or not state.results:
+        return
+    from harness import perf_report
+
+    terminalreporter.section("perf gate")
+    for line in perf_report.summary_lines(state.results):
+        terminalreporter.write_line(line)
+    for line in state.update_lines:
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(f"reports: {config.getoption('perf_report_dir')}/"
+                                "{results.json, summary.md, speedup.png}")

@@ -1,0 +1,8 @@
+"""The perf gate: one test per target/draft/platform/precision/decoding combination of
+harness/matrix.toml's [perf] table, each against this machine's baseline (baselines/)."""
+
+from harness.plugin import run_gate
+
+
+def test_perf(perf_session, perf_combination, benchmark):
+    run_gate(perf_session, perf_combination, benchmark)
