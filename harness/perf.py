@@ -102,13 +102,34 @@ class LoadedPair:
     draft: models.LoadedModel | None
 
 
-def load_pair(matrix: Matrix, combo: Combination) -> LoadedPair:
+def plant_slowdown(model: Any, fraction: float) -> None:
+    """Make every forward pass `fraction` slower by spinning after it (the gate's own check:
+    `--perf-plant-slowdown`, benchmarks/gate_power.py). Spinning keeps the core busy, as slower
+    code would."""
+    import time
+
+    def start(module: Any, args: Any) -> None:
+        module._planted_t0 = time.perf_counter()
+
+    def stop(module: Any, args: Any, output: Any) -> None:
+        until = time.perf_counter() + (time.perf_counter() - module._planted_t0) * fraction
+        while time.perf_counter() < until:
+            pass
+
+    model.register_forward_pre_hook(start)
+    model.register_forward_hook(stop)
+
+
+def load_pair(matrix: Matrix, combo: Combination, *, slowdown: float = 0.0) -> LoadedPair:
     pair = matrix.pair(combo.pair)
     target = models.load(matrix.model(pair.target), combo.target_precision, combo.device)
     draft = None
     if combo.mode == ASSISTED:
         assert pair.draft and combo.draft_precision
         draft = models.load(matrix.model(pair.draft), combo.draft_precision, combo.device)
+    if slowdown:
+        log.warning("planting a %.0f%% slowdown into %s's forward pass", slowdown * 100, pair.target)
+        plant_slowdown(target.model, slowdown)
     return LoadedPair(combo.model_key, target, draft)
 
 

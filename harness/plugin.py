@@ -42,6 +42,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="a combination without a baseline on this platform: fail (default) or skip")
     g.addoption("--perf-report-dir", default="results/perf", metavar="DIR",
                 help="where results.json, summary.md and speedup.png go (default: results/perf)")
+    g.addoption("--perf-plant-slowdown", type=float, default=0.0, metavar="FRACTION",
+                help="check the gate itself: make the target's forward pass FRACTION slower (e.g. 0.25)")
     g.addoption("--perf-matrix", default=None, metavar="PATH", help="registry file (default: harness/matrix.toml)")
 
 
@@ -57,6 +59,11 @@ def _check_options(config: pytest.Config) -> None:
     tol = config.getoption("perf_tolerance")
     if tol is not None and not (0 < tol < 1) or (tol is not None and math.isnan(tol)):
         bad("--perf-tolerance", f"{tol}: give a fraction between 0 and 1, e.g. 0.1 for 10%")
+    planted = config.getoption("perf_plant_slowdown")
+    if not 0 <= planted <= 10 or math.isnan(planted):
+        bad("--perf-plant-slowdown", f"{planted}: give a fraction between 0 and 10")
+    if planted and config.getoption("update_baselines"):
+        bad("--perf-plant-slowdown", "cannot be combined with --update-baselines (it would store a slowed baseline)")
     directory = Path(config.getoption("baselines_dir"))
     if directory.exists() and not directory.is_dir():
         bad("--baselines-dir", f"{directory} is not a folder")
@@ -106,7 +113,8 @@ class PerfSession:
         if self.loaded is None or self.loaded.key != combo.model_key:
             self.loaded = None
             gc.collect()
-            self.loaded = perf.load_pair(self.matrix, combo)
+            self.loaded = perf.load_pair(self.matrix, combo,
+                                         slowdown=self.config.getoption("perf_plant_slowdown"))
         return self.loaded
 
     def platform_id(self, device: str) -> str:

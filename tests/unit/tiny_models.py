@@ -118,5 +118,23 @@ source = "humaneval"
 decode = "pair"
 benchmark = "lengths"
 benchmark_code = "humaneval-all"
+[perf]
+max_new_tokens = 12
+prompts = 1
+rounds = 3
+batch = 3
+max_rounds = 6
+tolerance_floor = 0.05
+sampling = {{ temperature = 0.1, top_p = 0.95 }}
+[[perf.combinations]]
+pair = "tiny+draft"
+precisions = ["fp32+fp32"]
+platforms = ["cpu"]
+decoding = ["greedy"]
+[[perf.combinations]]
+pair = "tiny+lookup"
+precisions = ["fp32"]
+platforms = ["cpu"]
+decoding = ["greedy"]
 ''')
     return root / "matrix.toml"

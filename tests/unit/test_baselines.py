@@ -1,0 +1,141 @@
+"""Baseline files: every bad file gives a clear error naming the file, the JSON path and the fix,
+and is left unchanged; migrations are explicit; writes are atomic and per platform."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from harness import baselines
+from harness.baselines import BaselineError
+
+PID = "cpu-test-machine-2c-0123abcd"
+CID = "tiny+draft:fp32+fp32:cpu:greedy:k4"
+
+
+def samples(values):
+    return {"samples": values, "median": sorted(values)[len(values) // 2], "cv": 0.05}
+
+
+def record():
+    return {
+        "pair": "tiny+draft", "target_precision": "fp32", "draft_precision": "fp32", "mode": "assisted",
+        "decoding": "greedy", "k": 4, "prompt_ids": ["p0"], "max_new_tokens": 12,
+        "plain_tokens_per_sec": samples([10.0, 11.0, 10.5]), "assisted_tokens_per_sec": samples([20.0, 21.0, 19.0]),
+        "speedup": samples([2.0, 1.9, 2.1]),
+        "exact": {"p0": {"new_tokens": 12, "drafted": 12, "accepted": 9, "target_forwards": 3}},
+        "tolerance": {"assisted_tokens_per_sec": 0.1, "plain_tokens_per_sec": 0.1, "speedup": 0.1, "source": "calibrated"},
+        "versions": {"torch": "2.13.0", "transformers": "5.23.0", "harness": "0.1.0"}, "commit": "abc", "date": "2026-11-22",
+    }
+
+
+def platform():
+    return {"id": PID, "device": "cpu", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.13.0", "transformers": "5.23.0"}
+
+
+def valid_doc():
+    return {"schema_version": 1, "platform": platform(), "combinations": {CID: record()}}
+
+
+def write(tmp_path, text: str, name: str = PID):
+    path = tmp_path / f"{name}.json"
+    path.write_text(text)
+    return path
+
+
+def test_round_trip(tmp_path):
+    path = tmp_path / f"{PID}.json"
+    baselines.write(path, valid_doc())
+    assert baselines.load(path, platform_id=PID) == valid_doc()
+    assert baselines.load(tmp_path / "absent.json") is None
+
+
+def _doc_with(change):
+    doc = valid_doc()
+    change(doc)
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "the file is empty"),
+    (json.dumps(valid_doc())[:200], "not valid JSON (truncated or edited?)"),
+    ("baseline: fast", "not valid JSON"),
+    ('{"schema_version": 1, "schema_version": 1}', "duplicate key 'schema_version'"),
+    (json.dumps(valid_doc()).replace('"median": 2.0', '"median": NaN'), "NaN is not valid JSON"),
+    (json.dumps(valid_doc()).replace('"median": 2.0', '"median": 1e400'),
+     f"combinations/{CID}/speedup/median: number out of range"),
+    ("[1, 2]", "(top level): expected a JSON object"),
+    (_doc_with(lambda d: d["combinations"][CID]["speedup"].update(median=-1)),
+     f"combinations/{CID}/speedup/median: -1 is less than or equal to the minimum of 0"),
+    (_doc_with(lambda d: d["combinations"][CID].pop("exact")), f"combinations/{CID}: 'exact' is a required property"),
+    (_doc_with(lambda d: d["combinations"].update({"not a combination id": record()})), "combinations: 'not a combination id'"),
+    (_doc_with(lambda d: d.update(schema_version=7)), "schema_version 7 is newer than this harness reads (1)"),
+    (_doc_with(lambda d: d.update(schema_version="1")), "schema_version: expected an integer"),
+])
+def test_bad_files_name_file_path_and_fix(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(BaselineError) as exc:
+        baselines.load(path, platform_id=PID)
+    assert str(path) in str(exc.value)
+    assert message in str(exc.value)
+    assert path.read_text() == text  # never touched
+
+
+def test_schema_errors_say_how_to_fix(tmp_path):
+    path = write(tmp_path, _doc_with(lambda d: d["combinations"][CID]["speedup"].update(median=-1)))
+    with pytest.raises(BaselineError, match=r"git checkout -- .*pytest -m perf --update-baselines"):
+        baselines.load(path)
+
+
+def test_another_platforms_file_is_refused(tmp_path):
+    path = write(tmp_path, json.dumps(valid_doc()))
+    with pytest.raises(BaselineError, match=f"'{PID}' is another machine's baseline; this machine is 'cpu-other-1c-ffff'"):
+        baselines.load(path, platform_id="cpu-other-1c-ffff")
+    renamed = write(tmp_path, json.dumps(valid_doc()), name="cpu-renamed-1c-0000")
+    with pytest.raises(BaselineError, match=f"holds platform '{PID}' but is named 'cpu-renamed-1c-0000.json'"):
+        baselines.load(renamed)
+
+
+def test_older_versions_migrate_explicitly(tmp_path, monkeypatch):
+    old = valid_doc()
+    old["schema_version"] = 0
+    old["combos"] = old.pop("combinations")  # what a version-0 file would have called it
+    path = write(tmp_path, json.dumps(old))
+    with pytest.raises(BaselineError, match="schema_version 0 has no migration to 1"):
+        baselines.load(path)
+
+    def v0_to_v1(doc):
+        doc = copy.deepcopy(doc)
+        doc["combinations"] = doc.pop("combos")
+        return doc
+
+    monkeypatch.setitem(baselines.MIGRATIONS, 0, v0_to_v1)
+    assert baselines.load(path, platform_id=PID) == valid_doc()
+    assert json.loads(path.read_text())["schema_version"] == 0  # reading never rewrites
+
+
+def test_merge_keeps_other_combinations_and_reports_changes():
+    old = valid_doc()
+    changed = record()
+    changed["speedup"] = samples([1.5, 1.6, 1.4])
+    new_id = "tiny+lookup:fp32:cpu:greedy:k3"
+    new = baselines.merged(old, platform(), {CID: changed, new_id: record()})
+    assert set(new["combinations"]) == {CID, new_id}
+    lines = baselines.changes(old, new)
+    assert any(line.startswith(f"~ {CID}: ") and "speedup 2x -> 1.5x (-25.0%)" in line for line in lines)
+    assert any(line.startswith(f"+ {new_id}") for line in lines)
+    assert old == valid_doc()  # inputs untouched
+
+
+def test_write_validates_first_and_refuses_other_platforms(tmp_path):
+    path = tmp_path / f"{PID}.json"
+    path.write_text("old")
+    bad = valid_doc()
+    bad["combinations"][CID]["speedup"]["samples"] = []
+    with pytest.raises(BaselineError, match="new baselines for"):
+        baselines.write(path, bad)
+    with pytest.raises(BaselineError, match="refusing to write platform"):
+        baselines.write(tmp_path / "cpu-other-1c-ffff.json", valid_doc())
+    assert path.read_text() == "old"

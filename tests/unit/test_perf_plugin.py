@@ -1,0 +1,98 @@
+"""The perf gate through pytest itself (a child pytest run) on tiny local models: update,
+pass twice, a planted slowdown fails with the full message, bad and missing baselines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import baselines, platform
+from tiny_models import write_local_matrix
+
+REPO = Path(__file__).resolve().parents[2]
+GATE = REPO / "tests" / "perf" / "test_perf_gate.py"
+CID = "tiny+draft:fp32+fp32:cpu:greedy:k4"
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("perf")
+    return {"matrix": write_local_matrix(root), "baselines": root / "baselines", "reports": root / "reports"}
+
+
+def gate(ws, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pytest", str(GATE), "-p", "no:cacheprovider", "-q",
+           "--perf-matrix", str(ws["matrix"]), "--baselines-dir", str(ws["baselines"]),
+           "--perf-report-dir", str(ws["reports"]), "--perf-tolerance", "0.9", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def baseline_file(ws) -> Path:
+    return baselines.path_for(ws["baselines"], platform.detect("cpu").id)
+
+
+def test_missing_baseline_fails_with_the_update_command(workspace):
+    r = gate(workspace, "-k", "tiny+draft")
+    assert r.returncode == 1
+    assert f"{CID}: no baseline on platform" in r.stdout
+    assert f"pytest -m perf --update-baselines -k '{CID}'" in r.stdout
+    skipped = gate(workspace, "-k", "tiny+draft", "--perf-missing-baseline", "skip")
+    assert skipped.returncode == 0 and "1 skipped" in skipped.stdout
+
+
+def test_update_then_pass_twice_then_catch_a_planted_slowdown(workspace):
+    r = gate(workspace, "--update-baselines")
+    assert r.returncode == 0, r.stdout + r.stderr
+    path = baseline_file(workspace)
+    assert f"wrote {path} (2 combination(s) measured)" in r.stdout
+    assert f"+ {CID}" in r.stdout
+    doc = baselines.load(path, platform_id=platform.detect("cpu").id)
+    assert doc["combinations"][CID]["exact"]["p0"]["new_tokens"] == 12
+    assert len(doc["combinations"][CID]["speedup"]["samples"]) == 6  # update mode measures up to the cap
+
+    for _ in range(2):
+        again = gate(workspace)
+        assert again.returncode == 0, again.stdout
+        assert "PASS" in again.stdout and "exact pass" in again.stdout
+    report = json.loads((workspace["reports"] / "results.json").read_text())
+    assert {r["verdict"] for r in report["results"]} == {"pass"}
+    assert (workspace["reports"] / "speedup.png").stat().st_size > 0
+
+    slowed = gate(workspace, "-k", "tiny+draft", "--perf-plant-slowdown", "4")
+    assert slowed.returncode == 1
+    out = slowed.stdout
+    assert f"perf regression in {CID}" in out
+    for part in ("plain_tokens_per_sec: baseline median", "measured median", "tolerance 90%", "Welch t =",
+                 f"If the change is intended, update this machine's baseline: pytest -m perf --update-baselines -k '{CID}'"):
+        assert part in out
+    assert "FAIL" in out
+
+
+def test_bad_baseline_file_is_a_clear_failure_and_left_unchanged(workspace):
+    path = baseline_file(workspace)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"schema_version": 1, "platform": ')
+    before = path.read_bytes()
+    r = gate(workspace, "-k", "tiny+draft")
+    assert r.returncode == 1
+    assert f"{path}: not valid JSON (truncated or edited?)" in r.stdout
+    assert "Traceback" not in r.stdout and "def run_gate" not in r.stdout
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--perf-tolerance", "1.5"], "--perf-tolerance: 1.5: give a fraction between 0 and 1"),
+    (["--perf-repeats", "1"], "--perf-repeats: 1: at least 2 rounds"),
+    (["--pair", "tiny+draf"], "--pair 'tiny+draf' has no perf combinations. Did you mean 'tiny+draft'?"),
+    (["--update-baselines", "--perf-plant-slowdown", "0.1"], "cannot be combined with --update-baselines"),
+])
+def test_bad_options_name_the_flag(workspace, args, message):
+    r = gate(workspace, *args)
+    assert r.returncode == 4
+    assert message in r.stderr
