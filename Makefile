@@ -10,7 +10,7 @@ SMOKE_PAIR  ?= smollm2-135m+self
 BENCH_ARGS  ?=
 K_SWEEP     ?= 2-8
 
-.PHONY: setup bench bench-smoke sweep test unit fetch clean-venv
+.PHONY: setup bench bench-smoke sweep test unit fetch perf perf-all perf-update gate-power clean-venv
 
 setup: $(VENV)/.installed
 
@@ -37,6 +37,23 @@ bench-smoke: setup
 sweep: fetch
 	$(PY) -m harness bench --pair $(PAIR) --compare --num-assistant-tokens $(K_SWEEP) \
 	    --json results/sweep.json --markdown results/sweep.md $(BENCH_ARGS)
+
+# The perf gate on the fast combinations (SmolLM2), against baselines/<this platform>.json.
+perf: setup
+	$(PY) -m harness models fetch smollm2-135m-instruct
+	$(PY) -m pytest tests/perf -m "perf and not slow" --benchmark-disable $(PERF_ARGS)
+
+# Every combination of the matrix, the default pair included (tens of minutes).
+perf-all: fetch
+	$(PY) -m pytest tests/perf -m perf --benchmark-disable $(PERF_ARGS)
+
+# After a hardware or library change: measure this machine again, then review the diff of baselines/.
+perf-update: setup
+	$(PY) -m pytest tests/perf -m "perf and not slow" --update-baselines --benchmark-disable $(PERF_ARGS)
+
+# How well the gate tells planted slowdowns from noise (detection / false-alarm table).
+gate-power: setup
+	$(PY) benchmarks/gate_power.py $(GATE_POWER_ARGS)
 
 unit: setup
 	$(PY) -m pytest tests/unit -q

@@ -1,0 +1,172 @@
+"""How well does the perf gate tell a slowdown from noise on this machine?
+
+Plants slowdowns (default 0, 5, 10, 25%) into the target's forward pass, measures a pool of real
+gate rounds at every level (levels interleaved round by round, so all see the same machine), then
+replays the gate many times on resamples of those rounds:
+
+  * our gate: harness.perf's sequential indifference-zone test (rounds, +batch while inconclusive,
+    cap), failing if any of speedup / assisted tokens/s / plain tokens/s fails;
+  * pytest-benchmark's --benchmark-compare-fail=mean:T on the same rounds: fail if the mean round
+    time exceeds the saved run's mean by more than T (its rule: one saved run, no statistics).
+
+Prints detection / false-alarm rates with the time each gate needs. Example (SmolLM2, minutes):
+    python benchmarks/gate_power.py --pair smollm2-135m+self --precisions bf16+w8af32 --pool 24
+The default pair (tens of minutes):
+    python benchmarks/gate_power.py --pair qwen-coder-1.5b+0.5b --precisions bf16+w8af32 --pool 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from harness import perf, registry, stats
+from harness.generate import PLAIN
+
+
+class Slowdown:
+    """A slowdown whose size can change between rounds (one model load for every level)."""
+
+    def __init__(self) -> None:
+        self.fraction = 0.0
+
+    def attach(self, model) -> None:
+        def start(module, args):
+            module._gp_t0 = time.perf_counter()
+
+        def stop(module, args, output):
+            until = time.perf_counter() + (time.perf_counter() - module._gp_t0) * self.fraction
+            while time.perf_counter() < until:
+                pass
+
+        model.register_forward_pre_hook(start)
+        model.register_forward_hook(stop)
+
+
+def measure_pools(matrix, combo, settings, levels, pool, progress=True):
+    slow = Slowdown()
+    loaded = perf.load_pair(matrix, combo)
+    slow.attach(loaded.target.model)
+    runner = perf.Runner(matrix, combo, loaded, settings)
+    runner.warmup()
+    pools = {lv: {"speedup": [], "assisted_tokens_per_sec": [], "plain_tokens_per_sec": [], "round_s": []}
+             for lv in levels}
+    start = time.perf_counter()
+    for r in range(pool):
+        for lv in (levels if r % 2 == 0 else levels[::-1]):
+            slow.fraction = lv
+            t0 = time.perf_counter()
+            runner.round()
+            took = time.perf_counter() - t0
+            for m in perf.METRICS:
+                pools[lv][m].append(runner.samples.metric(m)[-1])
+            pools[lv]["round_s"].append(took)
+        if progress:
+            done = (r + 1) / pool
+            el = time.perf_counter() - start
+            print(f"\rmeasuring rounds: {r + 1}/{pool} per level, {el:.0f} s, about {el / done - el:.0f} s left",
+                  end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return pools
+
+
+def our_gate(rng, base, meas, settings, tolerance):
+    """One replay of the sequential gate; returns (failed, rounds used)."""
+    alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, settings.looks())
+    picks = [rng.randrange(len(meas["speedup"])) for _ in range(settings.rounds)]
+    while True:
+        at_cap = len(picks) >= settings.max_rounds
+        verdicts = [stats.compare_samples(m, base[m], [meas[m][i] for i in picks], tolerance, alpha=alpha,
+                                          at_cap=at_cap).verdict for m in perf.METRICS]
+        if stats.FAIL in verdicts:
+            return True, len(picks)
+        if at_cap or stats.INCONCLUSIVE not in verdicts:
+            return False, len(picks)
+        picks += [rng.randrange(len(meas["speedup"])) for _ in range(settings.batch)]
+
+
+def benchmark_compare_fail(rng, base_times, meas, rounds, tolerance):
+    """pytest-benchmark's rule for --benchmark-compare-fail=mean:T% on `rounds` pedantic rounds."""
+    current = [meas["round_s"][rng.randrange(len(meas["round_s"]))] for _ in range(rounds)]
+    return statistics.fmean(current) > statistics.fmean(base_times) * (1 + tolerance)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pair", default="smollm2-135m+self")
+    p.add_argument("--precisions", default=None, help="target+draft, e.g. bf16+w8af32 (default: the pair's)")
+    p.add_argument("--slowdowns", default="0,0.05,0.10,0.25")
+    p.add_argument("--pool", type=int, default=24, help="measured rounds per level")
+    p.add_argument("--trials", type=int, default=2000, help="gate replays per level")
+    p.add_argument("--tolerance", type=float, default=0.10)
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--from-json", type=Path, default=None, help="replay pools saved by an earlier --json")
+    args = p.parse_args(argv)
+
+    matrix = registry.load_matrix()
+    pair = matrix.pair(args.pair)
+    precisions = args.precisions or (pair.target_precision + (f"+{pair.draft_precision}" if pair.draft_precision else ""))
+    tp, _, dp = precisions.partition("+")
+    combo = perf.Combination(pair=pair.name, target_precision=tp, draft_precision=dp or None, platform="cpu",
+                             device="cpu", decoding="greedy", k=pair.num_assistant_tokens, mode=pair.mode)
+    settings = perf.PerfSettings.from_matrix(matrix)
+    levels = [float(x) for x in args.slowdowns.split(",")]
+    if 0.0 not in levels:
+        levels = [0.0] + levels
+
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        pools = {float(k): v for k, v in saved["pools"].items()}
+        measure_s = saved["measure_s"]
+    else:
+        t0 = time.perf_counter()
+        pools = measure_pools(matrix, combo, settings, levels, args.pool)
+        measure_s = time.perf_counter() - t0
+        if args.json:
+            args.json.write_text(json.dumps({"combination": combo.id, "measure_s": measure_s,
+                                             "pools": {str(k): v for k, v in pools.items()}}, indent=1))
+
+    rng = random.Random(20261122)
+    zero = pools[0.0]
+    n0 = len(zero["speedup"])
+    print(f"\nGate power for {combo.id}: {args.pool} measured rounds per level, {args.trials} replays, "
+          f"tolerance {args.tolerance:.0%}; gate rounds {settings.rounds} (+{settings.batch}) up to "
+          f"{settings.max_rounds}; one round = {settings.prompts} "
+          f"prompt(s) x plain+assisted, {settings.max_new_tokens} tokens")
+    cvs = {m: stats.cv(zero[m]) for m in perf.METRICS}
+    print("A/A spread of the unslowed rounds: " + ", ".join(f"{m} CV {v:.1%}" for m, v in cvs.items()))
+    round_s = statistics.median(zero["round_s"])
+    print(f"median round time {round_s:.1f} s; measuring took {measure_s / 60:.1f} min\n")
+    header = (f"{'slowdown':>8} | {'our gate: fails':>15} {'mean rounds':>11} {'time/gate':>9} | "
+              f"{'pytest-benchmark mean:' + format(args.tolerance, '.0%') + ': fails':>32} {'time/gate':>9}")
+    print(header)
+    print("-" * len(header))
+    for lv in levels:
+        fails = bench_fails = 0
+        used = []
+        for _ in range(args.trials):
+            # baseline: a random half of the unslowed rounds; for the 0% level the other half is measured
+            idx = list(range(n0))
+            rng.shuffle(idx)
+            half = n0 // 2
+            base = {m: [zero[m][i] for i in idx[:half]] for m in (*perf.METRICS, "round_s")}
+            meas = pools[lv] if lv else {m: [zero[m][i] for i in idx[half:]] for m in (*perf.METRICS, "round_s")}
+            failed, rounds = our_gate(rng, base, meas, settings, args.tolerance)
+            fails += failed
+            used.append(rounds)
+            bench_fails += benchmark_compare_fail(rng, base["round_s"], meas, settings.rounds, args.tolerance)
+        mean_rounds = statistics.fmean(used)
+        print(f"{lv:>8.0%} | {fails / args.trials:>15.1%} {mean_rounds:>11.1f} {mean_rounds * round_s / 60:>7.1f} m | "
+              f"{bench_fails / args.trials:>32.1%} {settings.rounds * round_s / 60:>7.1f} m")
+    print("\n(0% row = false alarms; other rows = detection. Times: mean rounds x median round time, "
+          "excluding model load and warm-up.)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
