@@ -185,11 +185,11 @@ def run_gate(session: PerfSession, combo: perf.Combination, benchmark: Any) -> N
     runner = perf.Runner(session.matrix, combo, session.models_for(combo), session.settings)
     runner.warmup()
     rounds = session.settings.rounds if not session.updating else session.settings.max_rounds
-    if benchmark is not None and not getattr(benchmark, "disabled", False):
+    if benchmark is not None:
+        # with --benchmark-disable, pytest-benchmark runs the function once: the rest runs here
         benchmark.pedantic(runner.round, rounds=rounds, iterations=1)
-    else:
-        for _ in range(rounds):
-            runner.round()
+    while runner.samples.rounds() < rounds:
+        runner.round()
 
     result: dict[str, Any] = {"combination": combo.id, "platform": session.platform_id(combo.device)}
     for name in perf.METRICS:
