@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 from harness import perf, registry, stats
-from harness.generate import PLAIN
 
 
 class Slowdown:

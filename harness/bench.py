@@ -7,7 +7,6 @@ Data flow: registry pair -> models (+quant) -> prompts -> generate.measure_gener
 from __future__ import annotations
 
 import dataclasses
-import gc
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -159,41 +158,37 @@ def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> Ben
     if cfg.run_assisted and cfg.assisted_mode == ASSISTED:
         assert cfg.pair.draft is not None and cfg.draft_precision is not None
         draft = models.load(matrix.model(cfg.pair.draft), cfg.draft_precision, cfg.device)
-    try:
-        prompt_set = matrix.prompt_set_for(cfg.task, cfg.pair)
-        prompt_list = prompts.load_prompts(prompt_set, target.tokenizer, limit=cfg.limit)
-        encoded = [prompts.encode(p, target.tokenizer, chat_template=prompt_set.chat_template) for p in prompt_list]
-        configs = cfg.configurations()
+    prompt_set = matrix.prompt_set_for(cfg.task, cfg.pair)
+    prompt_list = prompts.load_prompts(prompt_set, target.tokenizer, limit=cfg.limit)
+    encoded = [prompts.encode(p, target.tokenizer, chat_template=prompt_set.chat_template) for p in prompt_list]
+    configs = cfg.configurations()
 
-        def run(config: Configuration, ids: torch.LongTensor, settings: DecodeSettings) -> GenerationResult:
-            s = dataclasses.replace(settings, num_assistant_tokens=config.k or settings.num_assistant_tokens)
-            return measure_generation(target.model, ids, s, mode=config.mode,
-                                      assistant=draft.model if (draft and config.mode == ASSISTED) else None,
-                                      tokenizer=target.tokenizer)
+    def run(config: Configuration, ids: torch.LongTensor, settings: DecodeSettings) -> GenerationResult:
+        s = dataclasses.replace(settings, num_assistant_tokens=config.k or settings.num_assistant_tokens)
+        return measure_generation(target.model, ids, s, mode=config.mode,
+                                  assistant=draft.model if (draft and config.mode == ASSISTED) else None,
+                                  tokenizer=target.tokenizer)
 
-        warm = dataclasses.replace(cfg.settings, max_new_tokens=WARMUP_TOKENS, min_new_tokens=0)
-        for config in configs:  # first-call costs (kernel selection, allocations) stay out of the numbers
-            run(config, encoded[0], warm)
+    warm = dataclasses.replace(cfg.settings, max_new_tokens=WARMUP_TOKENS, min_new_tokens=0)
+    for config in configs:  # first-call costs (kernel selection, allocations) stay out of the numbers
+        run(config, encoded[0], warm)
 
-        samples: dict[tuple[int, Configuration], list[GenerationResult]] = {}
-        bar = tqdm(total=len(encoded) * cfg.repeats * len(configs), desc=f"bench {cfg.pair.name}",
-                   unit="run", disable=not progress, file=sys.stderr)
-        for i, ids in enumerate(encoded):
-            for r in range(cfg.repeats):
-                # interleaved: plain and assisted alternate within each prompt; the order flips
-                # every repeat (ABBA) so a drifting machine does not favour one side
-                for config in (configs if r % 2 == 0 else configs[::-1]):
-                    result = run(config, ids, cfg.settings)
-                    samples.setdefault((i, config), []).append(result)
-                    bar.set_postfix_str(f"{prompt_list[i].id} {config.label} "
-                                        f"{result.tokens_per_sec or 0:.1f} tok/s")
-                    bar.update()
-        bar.close()
-    finally:
-        info_t = _loaded_info(target)
-        info_d = _loaded_info(draft) if draft else None
-        del target, draft
-        gc.collect()
+    samples: dict[tuple[int, Configuration], list[GenerationResult]] = {}
+    bar = tqdm(total=len(encoded) * cfg.repeats * len(configs), desc=f"bench {cfg.pair.name}",
+               unit="run", disable=not progress, file=sys.stderr)
+    for i, ids in enumerate(encoded):
+        for r in range(cfg.repeats):
+            # interleaved: plain and assisted alternate within each prompt; the order flips
+            # every repeat (ABBA) so a drifting machine does not favour one side
+            for config in (configs if r % 2 == 0 else configs[::-1]):
+                result = run(config, ids, cfg.settings)
+                samples.setdefault((i, config), []).append(result)
+                bar.set_postfix_str(f"{prompt_list[i].id} {config.label} "
+                                    f"{result.tokens_per_sec or 0:.1f} tok/s")
+                bar.update()
+    bar.close()
+    info_t = _loaded_info(target)
+    info_d = _loaded_info(draft) if draft else None
 
     rows = _rows(prompt_list, configs, samples, cfg.repeats)
     return BenchResult(config=cfg, target=info_t, draft=info_d, rows=rows, summary=summarize(rows, configs))

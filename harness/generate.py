@@ -71,6 +71,16 @@ class GenerationResult:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def decode_tokens(self) -> int:
+        """Tokens produced after the target's first forward pass (the decode phase)."""
+        first = self.accepted_per_step[0] + 1 if self.accepted_per_step else 1
+        return self.new_tokens - first
+
+    @property
+    def decode_s(self) -> float:
+        return self.total_s - self.prefill_ms / 1000.0
+
 
 def decode_metrics(total_s: float, prefill_s: float, new_tokens: int,
                    first_step_tokens: int) -> tuple[float | None, float | None]:
@@ -208,7 +218,6 @@ def measure_generation(
         prefill_ms=prefill_s * 1000.0, time_per_token_ms=None, tokens_per_sec=None,
         cpu_s=cpu1 - cpu0, target_forwards=len(counters.forward_ends), tokens=tokens,
     )
-    first_step_tokens = 1
     if mode != PLAIN:
         steps = counters.accepted_per_step
         result.drafted = sum(counters.drafted_per_step)
@@ -216,6 +225,6 @@ def measure_generation(
         result.accepted_per_step = list(steps)
         result.drafted_per_step = list(counters.drafted_per_step)
         result.mean_accepted_length = new_tokens / len(steps) if steps else None
-        first_step_tokens = steps[0] + 1 if steps else 1
-    result.time_per_token_ms, result.tokens_per_sec = decode_metrics(total_s, prefill_s, new_tokens, first_step_tokens)
+    result.time_per_token_ms, result.tokens_per_sec = decode_metrics(
+        total_s, prefill_s, new_tokens, new_tokens - result.decode_tokens)
     return result

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import __version__, models, prompts, stats
-from harness.generate import ASSISTED, PLAIN, PROMPT_LOOKUP, DecodeSettings, GenerationResult, measure_generation
+from harness.generate import ASSISTED, PLAIN, DecodeSettings, GenerationResult, measure_generation
 from harness.registry import Matrix, PairSpec
 
 log = logging.getLogger(__name__)
@@ -185,9 +185,8 @@ class Runner:
             settings = dataclasses.replace(self.decode, seed=n)  # sampled: same seed for both modes
             for mode in order:
                 r = self._run(mode, ids, settings)
-                first = 1 if mode == PLAIN else (r.accepted_per_step[0] + 1 if r.accepted_per_step else 1)
-                decode_s[mode] += r.total_s - r.prefill_ms / 1000
-                decode_tokens[mode] += r.new_tokens - first
+                decode_s[mode] += r.decode_s
+                decode_tokens[mode] += r.decode_tokens
                 if mode != PLAIN:
                     counters[prompt.id] = {"new_tokens": r.new_tokens, "drafted": r.drafted or 0,
                                            "accepted": r.accepted or 0, "target_forwards": r.target_forwards}

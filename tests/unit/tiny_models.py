@@ -60,7 +60,7 @@ def word_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
 
 
-def write_local_matrix(root, arch: str = "llama") -> "Path":
+def write_local_matrix(root, arch: str = "llama"):
     """Save a tiny target and draft (with tokenizer) under root and write a registry that names
     them as `local` models, with a JSONL prompt set. Returns the registry path."""
     import json
@@ -74,7 +74,7 @@ def write_local_matrix(root, arch: str = "llama") -> "Path":
     prompts = [{"id": f"p{i}", "text": " ".join(f"w{(i * 7 + j) % (VOCAB - 3) + 3}" for j in range(10))}
                for i in range(3)]
     (root / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in prompts))
-    (root / "matrix.toml").write_text(f'''
+    (root / "matrix.toml").write_text('''
 schema_version = 1
 [defaults]
 pair = "tiny+draft"
@@ -125,7 +125,7 @@ rounds = 3
 batch = 3
 max_rounds = 6
 tolerance_floor = 0.05
-sampling = {{ temperature = 0.1, top_p = 0.95 }}
+sampling = { temperature = 0.1, top_p = 0.95 }
 [[perf.combinations]]
 pair = "tiny+draft"
 precisions = ["fp32+fp32"]
