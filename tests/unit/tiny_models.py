@@ -119,7 +119,7 @@ decode = "pair"
 benchmark = "lengths"
 benchmark_code = "humaneval-all"
 [perf]
-max_new_tokens = 12
+max_new_tokens = 48
 prompts = 1
 rounds = 3
 batch = 3
