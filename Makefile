@@ -58,9 +58,11 @@ gate-power: setup
 unit: setup
 	$(PY) -m pytest tests/unit -q
 
-# The test suite CI runs: unit tests (tiny random models) and the real-model smoke tests.
+# The test suite CI runs: unit tests (tiny random models), the real-model smoke tests, and the perf
+# gate on the fast combinations (a machine kind without committed baselines skips them, saying so).
 test: setup
 	$(PY) -m pytest tests/unit tests/integration
+	$(MAKE) perf PERF_ARGS="--perf-missing-baseline skip $(PERF_ARGS)"
 
 clean-venv:
 	rm -rf $(VENV)

@@ -5,7 +5,9 @@ gate rounds at every level (levels interleaved round by round, so all see the sa
 replays the gate many times on resamples of those rounds:
 
   * our gate: harness.perf's sequential indifference-zone test (rounds, +batch while inconclusive,
-    cap), failing if any of speedup / assisted tokens/s / plain tokens/s fails;
+    cap), failing if any of speedup / assisted tokens/s / plain tokens/s fails, at the fixed
+    --tolerance and at the tolerance calibrated from the replay's own baseline half; the
+    between-run spread is estimated from the unslowed pool in time order (blocks of drift_block);
   * pytest-benchmark's --benchmark-compare-fail=mean:T on the same rounds: fail if the mean round
     time exceeds the saved run's mean by more than T (its rule: one saved run, no statistics).
 
@@ -74,18 +76,22 @@ def measure_pools(matrix, combo, settings, levels, pool, progress=True):
     return pools
 
 
-def our_gate(rng, base, meas, settings, tolerance):
-    """One replay of the sequential gate; returns (failed, rounds used)."""
+def our_gate(rng, base, meas, settings, tolerance, drift):
+    """One replay of the sequential gate: 'fail' if any metric fails, 'undecided' if any is
+    undecided at the cap, else 'pass'; with the rounds it used."""
     alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, settings.looks())
     picks = [rng.randrange(len(meas["speedup"])) for _ in range(settings.rounds)]
     while True:
         at_cap = len(picks) >= settings.max_rounds
-        verdicts = [stats.compare_samples(m, base[m], [meas[m][i] for i in picks], tolerance, alpha=alpha,
-                                          at_cap=at_cap).verdict for m in perf.METRICS]
+        verdicts = [stats.compare_samples(m, base[m], [meas[m][i] for i in picks], tolerance[m], alpha=alpha,
+                                          at_cap=at_cap, drift_sd=drift[m][0]).verdict
+                    for m in perf.METRICS]
         if stats.FAIL in verdicts:
-            return True, len(picks)
-        if at_cap or stats.INCONCLUSIVE not in verdicts:
-            return False, len(picks)
+            return stats.FAIL, len(picks)
+        if stats.UNDECIDED in verdicts:
+            return stats.UNDECIDED, len(picks)
+        if stats.INCONCLUSIVE not in verdicts:
+            return stats.PASS, len(picks)
         picks += [rng.randrange(len(meas["speedup"])) for _ in range(settings.batch)]
 
 
@@ -126,28 +132,42 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         pools = measure_pools(matrix, combo, settings, levels, args.pool)
         measure_s = time.perf_counter() - t0
-        if args.json:
+        if args.json:  # the pools first: a later --from-json replays them without measuring again
+            args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({"combination": combo.id, "measure_s": measure_s,
                                              "pools": {str(k): v for k, v in pools.items()}}, indent=1))
 
     rng = random.Random(20261122)
     zero = pools[0.0]
     n0 = len(zero["speedup"])
-    print(f"\nGate power for {combo.id}: {args.pool} measured rounds per level, {args.trials} replays, "
-          f"tolerance {args.tolerance:.0%}; gate rounds {settings.rounds} (+{settings.batch}) up to "
-          f"{settings.max_rounds}; one round = {settings.prompts} "
-          f"prompt(s) x plain+assisted, {settings.max_new_tokens} tokens")
-    cvs = {m: stats.cv(zero[m]) for m in perf.METRICS}
-    print("A/A spread of the unslowed rounds: " + ", ".join(f"{m} CV {v:.1%}" for m, v in cvs.items()))
     round_s = statistics.median(zero["round_s"])
+    alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, settings.looks())
+    # the between-run spread, from the unslowed rounds in time order (as a baseline update estimates it)
+    drift = {m: stats.drift_sd(zero[m], settings.drift_block) for m in perf.METRICS}
+    def calibrate(rounds):  # what --update-baselines stores, from the baseline's own rounds
+        return {m: stats.calibrated_tolerance(rounds[m], cap=settings.max_rounds, alpha=alpha, drift=drift[m][0],
+                                              floor=settings.tolerance_floor) for m in perf.METRICS}
+
+    calibrated = calibrate(zero)
+    print(f"\nGate power for {combo.id}: {len(zero['speedup'])} measured rounds per level, {args.trials} replays; "
+          f"gate rounds {settings.rounds} (+{settings.batch}) up to {settings.max_rounds}; one round = "
+          f"{settings.prompts} prompt(s) x plain+assisted, {settings.max_new_tokens} tokens")
+    for m in perf.METRICS:
+        print(f"  {m}: A/A CV {stats.cv(zero[m]):.1%}, between-block spread {drift[m][0]:.1%} "
+              f"(blocks of {settings.drift_block}, {drift[m][1]} df), tolerance calibrated on all of them "
+              f"{calibrated[m]:.0%}")
     print(f"median round time {round_s:.1f} s; measuring took {measure_s / 60:.1f} min\n")
-    header = (f"{'slowdown':>8} | {'our gate: fails':>15} {'mean rounds':>11} {'time/gate':>9} | "
-              f"{'pytest-benchmark mean:' + format(args.tolerance, '.0%') + ': fails':>32} {'time/gate':>9}")
+    fixed = {m: args.tolerance for m in perf.METRICS}
+    header = (f"{'slowdown':>8} | {'ours @' + format(args.tolerance, '.0%') + ' fail/undecided':>26} "
+              f"{'time/gate':>9} | {'ours @calibrated fail/undec.':>28} {'time/gate':>9} | "
+              f"{'pytest-benchmark mean:' + format(args.tolerance, '.0%') + ' fails':>30} {'time':>6}")
     print(header)
     print("-" * len(header))
+    table = []
     for lv in levels:
-        fails = bench_fails = 0
-        used = []
+        counts = {"fixed": {}, "calibrated": {}}
+        used = {"fixed": [], "calibrated": []}
+        bench_fails = 0
         for _ in range(args.trials):
             # baseline: a random half of the unslowed rounds; for the 0% level the other half is measured
             idx = list(range(n0))
@@ -155,15 +175,31 @@ def main(argv=None) -> int:
             half = n0 // 2
             base = {m: [zero[m][i] for i in idx[:half]] for m in (*perf.METRICS, "round_s")}
             meas = pools[lv] if lv else {m: [zero[m][i] for i in idx[half:]] for m in (*perf.METRICS, "round_s")}
-            failed, rounds = our_gate(rng, base, meas, settings, args.tolerance)
-            fails += failed
-            used.append(rounds)
+            for name, tol in (("fixed", fixed), ("calibrated", calibrate(base))):
+                verdict, rounds = our_gate(rng, base, meas, settings, tol, drift)
+                counts[name][verdict] = counts[name].get(verdict, 0) + 1
+                used[name].append(rounds)
             bench_fails += benchmark_compare_fail(rng, base["round_s"], meas, settings.rounds, args.tolerance)
-        mean_rounds = statistics.fmean(used)
-        print(f"{lv:>8.0%} | {fails / args.trials:>15.1%} {mean_rounds:>11.1f} {mean_rounds * round_s / 60:>7.1f} m | "
-              f"{bench_fails / args.trials:>32.1%} {settings.rounds * round_s / 60:>7.1f} m")
-    print("\n(0% row = false alarms; other rows = detection. Times: mean rounds x median round time, "
-          "excluding model load and warm-up.)")
+        row = {"slowdown": lv, "pytest_benchmark_fail": bench_fails / args.trials,
+               "pytest_benchmark_minutes": settings.rounds * round_s / 60}
+        cells = []
+        for name in ("fixed", "calibrated"):
+            fail = counts[name].get(stats.FAIL, 0) / args.trials
+            und = counts[name].get(stats.UNDECIDED, 0) / args.trials
+            minutes = statistics.fmean(used[name]) * round_s / 60
+            row[name] = {"fail": fail, "undecided": und, "minutes": minutes}
+            cells.append(f"{fail:>6.1%} / {und:>5.1%}")
+            cells.append(f"{minutes:>7.1f} m")
+        table.append(row)
+        print(f"{lv:>8.0%} | {cells[0]:>26} {cells[1]:>9} | {cells[2]:>28} {cells[3]:>9} | "
+              f"{bench_fails / args.trials:>30.1%} {settings.rounds * round_s / 60:>4.1f} m")
+    print("\n(0% row: false alarms; other rows: detection. 'undecided': still unresolved at the cap (a warning, "
+          "or a failure with --perf-undecided=fail). Times: mean rounds x median round time, excluding model "
+          "load and warm-up. 'calibrated': each replay calibrates from its own baseline half, as an update would.)")
+    if args.json:
+        saved = json.loads(args.json.read_text()) if args.json.exists() else {}
+        saved.update(table=table, calibrated=calibrated, drift={m: list(v) for m, v in drift.items()})
+        args.json.write_text(json.dumps(saved, indent=1))
     return 0
 
 

@@ -21,13 +21,29 @@ from harness import jsonio
 from harness.errors import HarnessError
 from harness.registry import PACKAGE_DIR
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_PATH = PACKAGE_DIR.parent / "baselines" / "schema.json"
 DEFAULT_DIR = PACKAGE_DIR.parent / "baselines"
 UPDATE_COMMAND = "pytest -m perf --update-baselines"
 
+V1_BLOCK = 8  # the perf batch (rounds per block) that every version-1 file was measured with
+
+
+def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 adds the between-run spread per metric (drift_sd, drift_df, block). Version-1
+    files stored their rounds in order, so it is computed from them, as a new file would be."""
+    from harness import stats
+
+    for record in doc.get("combinations", {}).values():
+        for key, entry in record.items():
+            if isinstance(entry, dict) and isinstance(entry.get("samples"), list):
+                drift, df = stats.drift_sd(entry["samples"], V1_BLOCK)
+                entry.update(drift_sd=round(drift, 6), drift_df=df, block=V1_BLOCK)
+    return doc
+
+
 # version N -> function turning a version-N document into a version-(N+1) document
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
 class BaselineError(HarnessError):

@@ -77,6 +77,7 @@ class PerfSettings:
     rounds: int
     batch: int
     max_rounds: int
+    drift_block: int
     tolerance_floor: float
     temperature: float
     top_p: float
@@ -86,7 +87,8 @@ class PerfSettings:
     def from_matrix(cls, matrix: Matrix, **overrides: Any) -> "PerfSettings":
         p = matrix.perf
         values = dict(max_new_tokens=p["max_new_tokens"], prompts=p["prompts"], rounds=p["rounds"],
-                      batch=p["batch"], max_rounds=p["max_rounds"], tolerance_floor=p["tolerance_floor"],
+                      batch=p["batch"], max_rounds=p["max_rounds"], drift_block=p["drift_block"],
+                      tolerance_floor=p["tolerance_floor"],
                       temperature=p["sampling"]["temperature"], top_p=p["sampling"]["top_p"])
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -219,10 +221,12 @@ class Runner:
         tolerance: dict[str, Any] = {}
         for name in METRICS:
             values = self.samples.metric(name)
+            drift, drift_df = stats.drift_sd(values, s.drift_block)
             record[name] = {"samples": [round(v, 6) for v in values], "median": round(stats.median(values), 6),
-                            "cv": round(stats.cv(values) or 0.0, 6)}
+                            "cv": round(stats.cv(values) or 0.0, 6), "drift_sd": round(drift, 6),
+                            "drift_df": drift_df, "block": s.drift_block}
             tolerance[name] = s.tolerance_override or stats.calibrated_tolerance(
-                values, cap=cap, alpha=alpha, floor=s.tolerance_floor)
+                values, cap=cap, alpha=alpha, drift=drift, floor=s.tolerance_floor)
         tolerance["source"] = "override" if s.tolerance_override else "calibrated"
         import torch
         import transformers
@@ -247,12 +251,21 @@ class Verdict:
         return (self.exact is not None and self.exact.verdict == stats.FAIL) or any(
             d.verdict == stats.FAIL for d in self.decisions.values())
 
+    @property
+    def undecided(self) -> list[stats.GateDecision]:
+        return [d for d in self.decisions.values() if d.verdict == stats.UNDECIDED]
+
+    @property
+    def outcome(self) -> str:
+        return "fail" if self.failed else "undecided" if self.undecided else "pass"
+
     def message(self, platform_id: str, baseline_file: str) -> str:
-        lines = [f"perf regression in {self.combination} (platform {platform_id}, baseline {baseline_file}):"]
+        what = "perf regression" if self.failed else "perf gate undecided"
+        lines = [f"{what} in {self.combination} (platform {platform_id}, baseline {baseline_file}):"]
         if self.exact is not None and self.exact.verdict == stats.FAIL:
             lines.append("  " + self.exact.describe())
         for d in self.decisions.values():
-            if d.verdict == stats.FAIL:
+            if d.verdict in (stats.FAIL, stats.UNDECIDED):
                 lines.append("  " + d.describe())
         lines += [f"  note: {n}" for n in self.notes]
         lines.append(f"If the change is intended, update this machine's baseline: "
@@ -279,7 +292,7 @@ def evaluate(runner: Runner, baseline: dict[str, Any]) -> Verdict:
     while True:
         at_cap = runner.samples.rounds() >= s.max_rounds
         decisions = {m: stats.compare_samples(m, baseline[m]["samples"], runner.samples.metric(m), tol[m],
-                                              alpha=alpha, at_cap=at_cap) for m in METRICS}
+                                              alpha=alpha, at_cap=at_cap, drift_sd=baseline[m]["drift_sd"]) for m in METRICS}
         if at_cap or all(d.verdict != stats.INCONCLUSIVE for d in decisions.values()):
             break
         pending = [m for m, d in decisions.items() if d.verdict == stats.INCONCLUSIVE]
@@ -287,8 +300,8 @@ def evaluate(runner: Runner, baseline: dict[str, Any]) -> Verdict:
                  runner.samples.rounds(), s.batch)
         for _ in range(min(s.batch, s.max_rounds - runner.samples.rounds())):
             runner.round()
-    if any(d.decided_at_cap for d in decisions.values()):
-        notes.append(f"reached the cap of {s.max_rounds} rounds undecided; the point estimate decided")
+    if any(d.verdict == stats.UNDECIDED for d in decisions.values()):
+        notes.append(f"reached the cap of {s.max_rounds} rounds without a decision")
     return Verdict(runner.combo.id, exact, decisions, runner.samples.rounds(), notes)
 
 

@@ -21,6 +21,10 @@ log = logging.getLogger(__name__)
 _STATE = pytest.StashKey["PerfSession"]()
 
 
+class PerfUndecidedWarning(UserWarning):
+    """The perf gate could not decide within its sample cap (see --perf-undecided)."""
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("perf gate", "assisted-generation perf gate (harness/plugin.py)")
     g.addoption("--baselines-dir", default=str(baselines.DEFAULT_DIR), metavar="DIR",
@@ -39,6 +43,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="override the calibrated tolerance of every baseline, e.g. 0.1 for 10%%")
     g.addoption("--perf-missing-baseline", choices=("fail", "skip"), default="fail",
                 help="a combination without a baseline on this platform: fail (default) or skip")
+    g.addoption("--perf-undecided", choices=("warn", "fail"), default="warn",
+                help="a metric still undecided at --perf-max-repeats (the machine was too noisy to tell a "
+                     "tolerance-sized change from none): warn (default; shown as UNDECIDED in the summary and "
+                     "as a warning) or fail")
     g.addoption("--perf-report-dir", default="results/perf", metavar="DIR",
                 help="where results.json, summary.md and speedup.png go (default: results/perf)")
     g.addoption("--perf-plant-slowdown", type=float, default=0.0, metavar="FRACTION",
@@ -203,7 +211,7 @@ def run_gate(session: PerfSession, combo: perf.Combination, benchmark: Any) -> N
         result["tolerance"] = record["tolerance"]
     else:
         verdict = perf.evaluate(runner, baseline)
-        result["verdict"] = "fail" if verdict.failed else "pass"
+        result["verdict"] = verdict.outcome
         result["decisions"] = {m: d.as_dict() for m, d in verdict.decisions.items()}
         result["exact"] = None if verdict.exact is None else verdict.exact.verdict
         result["notes"] = verdict.notes
@@ -215,8 +223,15 @@ def run_gate(session: PerfSession, combo: perf.Combination, benchmark: Any) -> N
         benchmark.extra_info.update({"combination": combo.id, "verdict": result["verdict"],
                                      "acceptance_rate": result["acceptance_rate"],
                                      **{f"{m}_samples": result[m] for m in perf.METRICS}})
-    if not session.updating and verdict.failed:
-        pytest.fail(verdict.message(session.platform_id(combo.device), str(path)), pytrace=False)
+    if session.updating:
+        return
+    message = verdict.message(session.platform_id(combo.device), str(path))
+    if verdict.failed or (verdict.undecided and session.config.getoption("perf_undecided") == "fail"):
+        pytest.fail(message, pytrace=False)
+    if verdict.undecided:
+        import warnings
+
+        warnings.warn(PerfUndecidedWarning(message + "\n(--perf-undecided=fail makes this a failure)"))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

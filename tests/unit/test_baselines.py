@@ -16,7 +16,8 @@ CID = "tiny+draft:fp32+fp32:cpu:greedy:k4"
 
 
 def samples(values):
-    return {"samples": values, "median": sorted(values)[len(values) // 2], "cv": 0.05}
+    return {"samples": values, "median": sorted(values)[len(values) // 2], "cv": 0.05,
+            "drift_sd": 0.0, "drift_df": 0, "block": 8}
 
 
 def record():
@@ -36,7 +37,7 @@ def platform():
 
 
 def valid_doc():
-    return {"schema_version": 1, "platform": platform(), "combinations": {CID: record()}}
+    return {"schema_version": baselines.SCHEMA_VERSION, "platform": platform(), "combinations": {CID: record()}}
 
 
 def write(tmp_path, text: str, name: str = PID):
@@ -71,7 +72,7 @@ def _doc_with(change):
      f"combinations/{CID}/speedup/median: -1 is less than or equal to the minimum of 0"),
     (_doc_with(lambda d: d["combinations"][CID].pop("exact")), f"combinations/{CID}: 'exact' is a required property"),
     (_doc_with(lambda d: d["combinations"].update({"not a combination id": record()})), "combinations: 'not a combination id'"),
-    (_doc_with(lambda d: d.update(schema_version=7)), "schema_version 7 is newer than this harness reads (1)"),
+    (_doc_with(lambda d: d.update(schema_version=7)), "schema_version 7 is newer than this harness reads (2)"),
     (_doc_with(lambda d: d.update(schema_version="1")), "schema_version: expected an integer"),
 ])
 def test_bad_files_name_file_path_and_fix(tmp_path, text, message):
@@ -98,8 +99,18 @@ def test_another_platforms_file_is_refused(tmp_path):
         baselines.load(renamed)
 
 
+def v1_doc():
+    doc = valid_doc()
+    doc["schema_version"] = 1
+    for entry in doc["combinations"][CID].values():
+        if isinstance(entry, dict) and "samples" in entry:
+            for key in ("drift_sd", "drift_df", "block"):
+                entry.pop(key)
+    return doc
+
+
 def test_older_versions_migrate_explicitly(tmp_path, monkeypatch):
-    old = valid_doc()
+    old = v1_doc()
     old["schema_version"] = 0
     old["combos"] = old.pop("combinations")  # what a version-0 file would have called it
     path = write(tmp_path, json.dumps(old))
@@ -114,6 +125,20 @@ def test_older_versions_migrate_explicitly(tmp_path, monkeypatch):
     monkeypatch.setitem(baselines.MIGRATIONS, 0, v0_to_v1)
     assert baselines.load(path, platform_id=PID) == valid_doc()
     assert json.loads(path.read_text())["schema_version"] == 0  # reading never rewrites
+
+
+def test_version_1_gains_the_between_run_spread_from_its_own_rounds(tmp_path):
+    old = v1_doc()
+    # two blocks of 8 rounds whose levels differ by 20%: a drift the within-block spread cannot explain
+    rounds = [10.0, 10.1, 9.9, 10.0, 10.2, 9.8, 10.0, 10.1] + [12.0, 12.1, 11.9, 12.0, 12.2, 11.8, 12.0, 12.1]
+    old["combinations"][CID]["plain_tokens_per_sec"] = {"samples": rounds, "median": 11.0, "cv": 0.09}
+    path = write(tmp_path, json.dumps(old))
+    doc = baselines.load(path, platform_id=PID)
+    plain = doc["combinations"][CID]["plain_tokens_per_sec"]
+    assert plain["block"] == 8 and plain["drift_df"] == 1
+    assert 0.1 < plain["drift_sd"] < 0.15  # sd of two block log-means 0.18 apart
+    assert doc["combinations"][CID]["speedup"]["drift_df"] == 0  # 3 rounds: no whole block pair
+    assert json.loads(path.read_text())["schema_version"] == 1
 
 
 def test_merge_keeps_other_combinations_and_reports_changes():

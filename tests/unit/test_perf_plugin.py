@@ -76,6 +76,16 @@ def test_update_then_pass_twice_then_catch_a_planted_slowdown(workspace):
         assert part in out
     assert "FAIL" in out
 
+    # two rounds cannot resolve a 2% tolerance: undecided, loud, and a failure only when asked
+    narrow = ("-k", "tiny+draft", "--perf-repeats", "2", "--perf-max-repeats", "2")
+    undecided = gate(workspace, *narrow, tolerance="0.02")
+    assert undecided.returncode == 0, undecided.stdout
+    assert "UNDECIDED" in undecided.stdout and "PerfUndecidedWarning" in undecided.stdout
+    assert "this machine is too noisy to tell a 2% change from none" in undecided.stdout
+    strict = gate(workspace, *narrow, "--perf-undecided", "fail", tolerance="0.02")
+    assert strict.returncode == 1
+    assert f"perf gate undecided in {CID}" in strict.stdout
+
 
 def test_bad_baseline_file_is_a_clear_failure_and_left_unchanged(workspace):
     path = baseline_file(workspace)

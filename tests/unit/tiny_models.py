@@ -124,6 +124,7 @@ prompts = 1
 rounds = 3
 batch = 3
 max_rounds = 6
+drift_block = 4
 tolerance_floor = 0.05
 sampling = { temperature = 0.1, top_p = 0.95 }
 [[perf.combinations]]
