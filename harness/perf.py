@@ -122,7 +122,9 @@ def plant_slowdown(model: Any, fraction: float) -> None:
     model.register_forward_hook(stop)
 
 
-def load_pair(matrix: Matrix, combo: Combination, *, slowdown: float = 0.0) -> LoadedPair:
+def load_pair(matrix: Matrix, combo: Combination, *, slowdown: float = 0.0, plant_into: str = "target") -> LoadedPair:
+    """The pair's models at the combination's precisions; `slowdown` plants a slower forward pass
+    into the target's or the draft's model (plant_into), to check the gate itself."""
     pair = matrix.pair(combo.pair)
     target = models.load(matrix.model(pair.target), combo.target_precision, combo.device)
     draft = None
@@ -130,8 +132,12 @@ def load_pair(matrix: Matrix, combo: Combination, *, slowdown: float = 0.0) -> L
         assert pair.draft and combo.draft_precision
         draft = models.load(matrix.model(pair.draft), combo.draft_precision, combo.device)
     if slowdown:
-        log.warning("planting a %.0f%% slowdown into %s's forward pass", slowdown * 100, pair.target)
-        plant_slowdown(target.model, slowdown)
+        victim = draft if plant_into == "draft" else target
+        if victim is None:
+            raise ValueError(f"{combo.id}: has no draft model to slow down (prompt lookup)")
+        log.warning("planting a %.0f%% slowdown into %s's forward pass", slowdown * 100,
+                    pair.draft if plant_into == "draft" else pair.target)
+        plant_slowdown(victim.model, slowdown)
     return LoadedPair(combo.model_key, target, draft)
 
 

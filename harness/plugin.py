@@ -49,6 +49,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "as a warning) or fail")
     g.addoption("--perf-report-dir", default="results/perf", metavar="DIR",
                 help="where results.json, summary.md and speedup.png go (default: results/perf)")
+    g.addoption("--perf-plant-into", choices=("target", "draft"), default="target",
+                help="which model --perf-plant-slowdown slows: the target (default; the absolute gate must "
+                     "catch it) or the draft (the relative gate, speedup, must catch it)")
     g.addoption("--perf-plant-slowdown", type=float, default=0.0, metavar="FRACTION",
                 help="check the gate itself: make the target's forward pass FRACTION slower (e.g. 0.25)")
     g.addoption("--perf-matrix", default=None, metavar="PATH", help="registry file (default: harness/matrix.toml)")
@@ -121,7 +124,8 @@ class PerfSession:
             self.loaded = None
             gc.collect()
             self.loaded = perf.load_pair(self.matrix, combo,
-                                         slowdown=self.config.getoption("perf_plant_slowdown"))
+                                         slowdown=self.config.getoption("perf_plant_slowdown"),
+                                         plant_into=self.config.getoption("perf_plant_into"))
         return self.loaded
 
     def platform_id(self, device: str) -> str:
@@ -189,6 +193,9 @@ def run_gate(session: PerfSession, combo: perf.Combination, benchmark: Any) -> N
             pytest.skip(message)
         pytest.fail(message, pytrace=False)
 
+    if (session.config.getoption("perf_plant_slowdown") and session.config.getoption("perf_plant_into") == "draft"
+            and combo.mode != "assisted"):
+        pytest.skip(f"{combo.id}: --perf-plant-into draft: this combination has no draft model ({combo.mode})")
     runner = perf.Runner(session.matrix, combo, session.models_for(combo), session.settings)
     runner.warmup()
     rounds = session.settings.rounds if not session.updating else session.settings.max_rounds

@@ -76,6 +76,11 @@ def test_update_then_pass_twice_then_catch_a_planted_slowdown(workspace):
         assert part in out
     assert "FAIL" in out
 
+    # a slower draft leaves the target alone: the relative gate (speedup) must catch it
+    draft = gate(workspace, "-k", "tiny+draft", "--perf-plant-slowdown", "10", "--perf-plant-into", "draft")
+    assert draft.returncode == 1
+    assert "speedup: baseline median" in draft.stdout
+
     # two rounds cannot resolve a 2% tolerance: undecided, loud, and a failure only when asked
     narrow = ("-k", "tiny+draft", "--perf-repeats", "2", "--perf-max-repeats", "2")
     undecided = gate(workspace, *narrow, tolerance="0.02")
