@@ -16,8 +16,11 @@ Layers, from the kernel up (each run records which were in force: `SandboxResult
    files, processes, no core files), a fresh temporary working directory, stdin /dev/null, a
    scrubbed environment, stdout/stderr to files capped by the file-size limit and read back only
    up to `Limits.output_bytes`.
-   RLIMIT_NPROC counts every process of the real user (per user namespace): it bites under bwrap
-   (a fresh user namespace) and for an unprivileged user; root ignores it.
+   RLIMIT_NPROC counts every process of the real user, and the kernel exempts uid 0 from it (also
+   inside a user namespace whose uid maps to 0, as bwrap's does when the harness runs as root). So
+   where this process can create one (root, cgroup v1 or v2 pids controller), each run also gets its
+   own pids cgroup: pids.max caps the run's processes whatever its uid, and every process listed
+   in it is killed at the end (session leaders that left the process group included).
 3. Inside the child (harness/sandbox_child.py): a PEP 578 audit hook, installed before untrusted
    code runs, refuses frame/memory introspection, starting processes, signals, sockets, raising
    rlimits, native code and writes outside the working directory.
@@ -213,6 +216,64 @@ def backend_note(backend: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# A pids cgroup per run (when this process may create one, e.g. as root): the kernel caps the
+# run's process count whatever its uid (RLIMIT_NPROC exempts root), and lists every process of
+# the run so that all of them are killed at the end, session leaders included.
+# --------------------------------------------------------------------------------------------
+PIDS_CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+
+
+@cache
+def _pids_cgroup_root() -> Path | None:
+    for root in PIDS_CGROUP_ROOTS:
+        probe = root / f"harness-sandbox-probe-{os.getpid()}"
+        try:
+            probe.mkdir()
+        except OSError:
+            continue
+        try:
+            if (probe / "pids.max").is_file() and (probe / "cgroup.procs").is_file():
+                return root
+        finally:
+            probe.rmdir()
+    return None
+
+
+class _PidsCgroup:
+    def __init__(self, max_pids: int):
+        root = _pids_cgroup_root()
+        self.path = None if root is None else root / f"harness-sandbox-{secrets.token_hex(6)}"
+        if self.path is not None:
+            self.path.mkdir()
+            (self.path / "pids.max").write_text(str(max_pids))
+
+    def wrap(self, cmd: list[str]) -> list[str]:
+        """The command joins the cgroup itself before it execs, so nothing it starts escapes it."""
+        if self.path is None:
+            return cmd
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *cmd]
+
+    def kill_all(self) -> None:
+        if self.path is None:
+            return
+        for _ in range(50):
+            pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
+        try:
+            self.path.rmdir()
+            self.path = None
+        except OSError as exc:
+            log.warning("could not remove sandbox cgroup %s: %s", self.path, exc)
+
+
+# --------------------------------------------------------------------------------------------
 # One run
 # --------------------------------------------------------------------------------------------
 def _kill_group(pgid: int) -> None:
@@ -254,9 +315,12 @@ def _explain_exit(returncode: int, wrapped: bool) -> tuple[str, int | None]:
 
 
 def run_program(units: Sequence[tuple[str, str, bool]], *, call: tuple[str, str] | None = None,
-                limits: Limits = Limits(), backend: str | None = None, allow: bool = False) -> SandboxResult:
+                limits: Limits = Limits(), backend: str | None = None, allow: bool = False,
+                audit_policy: bool = True) -> SandboxResult:
     """Run the units (name, source, trusted) in order in one namespace, then `check(entry_point)`
-    when `call` = (check, entry_point) is given. Passed = everything ran to the end."""
+    when `call` = (check, entry_point) is given. Passed = everything ran to the end.
+    audit_policy=False switches the child's audit hook off: only for tests of the kernel layers
+    (and to show that the forgery tests are real)."""
     require_code_execution(allow)
     backend = select_backend(backend)
     root = Path(tempfile.mkdtemp(prefix="harness-sandbox-"))
@@ -264,12 +328,14 @@ def run_program(units: Sequence[tuple[str, str, bool]], *, call: tuple[str, str]
     work.mkdir()
     secret = secrets.token_hex(32)
     job = json.dumps({"secret": secret, "units": [list(u) for u in units], "call": list(call) if call else None,
-                      "rlimits": limits.rlimits(), "workdir": str(work)}).encode()
+                      "rlimits": limits.rlimits(), "workdir": str(work),
+                      "audit_policy": audit_policy}).encode()
     job_r, job_w = os.pipe()
     res_r, res_w = os.pipe()
     prefix = {"bwrap": lambda: _bwrap_prefix(str(work), user_ns=_available("bwrap")[2]),
               "unshare": lambda: _unshare_prefix(str(work)), "none": lambda: []}[backend]()
-    cmd = [*prefix, sys.executable, "-I", "-S", "-B", str(CHILD), str(job_r), str(res_w)]
+    cgroup = _PidsCgroup(limits.processes)
+    cmd = cgroup.wrap([*prefix, sys.executable, "-I", "-S", "-B", str(CHILD), str(job_r), str(res_w)])
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(work), "TMPDIR": str(work)}
     start = time.perf_counter()
     timed_out = False
@@ -292,6 +358,7 @@ def run_program(units: Sequence[tuple[str, str, bool]], *, call: tuple[str, str]
         except subprocess.TimeoutExpired:
             timed_out = True
         _kill_group(proc.pid)  # a timeout, or background processes left in the group
+        cgroup.kill_all()      # and any that left the group (setsid), where a cgroup exists
         proc.wait()
         duration = time.perf_counter() - start
         os.set_blocking(res_r, False)
@@ -302,6 +369,7 @@ def run_program(units: Sequence[tuple[str, str, bool]], *, call: tuple[str, str]
         stdout, cut_out = _read_capped(root / "stdout", limits.output_bytes)
         stderr, cut_err = _read_capped(root / "stderr", limits.output_bytes)
     finally:
+        cgroup.kill_all()
         for fd in (job_r, job_w, res_w):
             if fd >= 0:
                 os.close(fd)
@@ -327,6 +395,7 @@ def run_program(units: Sequence[tuple[str, str, bool]], *, call: tuple[str, str]
             elif verdict.startswith(b"PASS "):
                 reason = "a forged or incomplete pass token (the tests did not finish)"
             status, result = FAILED, f"failed: {reason}"
+    details["pids_cgroup"] = _pids_cgroup_root() is not None
     return SandboxResult(status=status, result=result, returncode=proc.returncode, duration_s=duration,
                          backend=backend, stdout=stdout, stderr=stderr, output_truncated=cut_out or cut_err,
                          details=details)

@@ -194,12 +194,14 @@ def main() -> None:
             fail(f"{name}: {type(exc).__name__}: {exc}")
     call = job.get("call")
     workdir = job["workdir"]
+    audit_policy = job.get("audit_policy", True)
     del job
 
     pristine = dict(builtins.__dict__)
     for mod in ("_signal", "signal"):
         sys.modules.pop(mod, None)
-    sys.addaudithook(_make_hook(workdir, _stdlib_dirs(), get_ident))
+    if audit_policy:
+        sys.addaudithook(_make_hook(workdir, _stdlib_dirs(), get_ident))
 
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     trusted_ns = None
