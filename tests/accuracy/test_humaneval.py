@@ -2,8 +2,8 @@
 baselines/accuracy.json. Where assisted and plain tokens are equal the verdicts must be equal;
 pass@1 must stay within the baseline's tolerance. CI runs a fixed subset; the full 164 are `slow`.
 
-Code runs in the sandbox (harness/sandbox.py); the test sets HARNESS_ALLOW_CODE_EXECUTION for its
-own evaluation only."""
+Code runs in the sandbox (harness/sandbox.py); the test allows code execution for its own
+evaluation only (allow=True), as `--allow-code-execution` does for the CLI."""
 
 from __future__ import annotations
 
