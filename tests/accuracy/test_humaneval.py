@@ -21,7 +21,9 @@ def run(tmp_path, selection: str) -> None:
     name = accuracy_baselines.key(PAIR, TP, DP, selection)
     base = accuracy_baselines.entry(name)
     if base is None:
-        pytest.fail(f"no baseline {name!r} in {accuracy_baselines.PATH}")
+        message = (f"no baseline {name!r} in {accuracy_baselines.PATH}: measure it (make humaneval-full for the "
+                   "full set) and add it with harness.accuracy_baselines.write_entry")
+        pytest.skip(message) if selection == "full" else pytest.fail(message)
     m = matrix()
     out = {}
     for assisted in (False, True):
@@ -37,9 +39,11 @@ def run(tmp_path, selection: str) -> None:
     (pg, pe), (ag, ae) = out["plain"], out["assisted"]
     lines = []
     for prow, arow in zip(pe.rows, ae.rows):
-        same = prow["tokens"] == arow["tokens"]
+        # the completion is the text up to the first stop sequence: assisted decoding may run a few
+        # tokens past it (it stops after a verification step), so compare completions, not raw tokens
+        same = prow["completion"] == arow["completion"]
         lines.append(f"{prow['task_id']}: plain {prow['result'][:50]!r} assisted {arow['result'][:50]!r} "
-                     f"tokens {'equal' if same else 'DIFFER'}")
+                     f"completions {'equal' if same else 'DIFFER'}")
         if same:
             assert prow["passed"] == arow["passed"], lines[-1]
     summary = (f"{name}: pass@1 plain {pe.pass_at[1]:.3f} ({pg.tokens_per_sec or 0:.2f} tokens/s), assisted "
