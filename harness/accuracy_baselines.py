@@ -1,0 +1,49 @@
+"""baselines/accuracy.json: HumanEval pass@1 per pair, precisions and task selection; read strictly,
+validated against baselines/accuracy.schema.json, written atomically."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from harness import jsonio
+from harness.errors import HarnessError
+from harness.registry import PACKAGE_DIR
+
+PATH = PACKAGE_DIR.parent / "baselines" / "accuracy.json"
+SCHEMA = PACKAGE_DIR.parent / "baselines" / "accuracy.schema.json"
+
+
+class AccuracyBaselineError(HarnessError):
+    pass
+
+
+@cache
+def _validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
+
+
+def key(pair: str, target_precision: str, draft_precision: str, selection: str) -> str:
+    return f"{pair}:{target_precision}+{draft_precision}:{selection}"
+
+
+def read(path: Path = PATH) -> dict[str, Any]:
+    doc = jsonio.read_strict(path, AccuracyBaselineError)
+    jsonio.validate(doc, _validator(), str(path), AccuracyBaselineError,
+                    hint=f"fix or restore it (git checkout -- {path})")
+    return doc
+
+
+def entry(name: str, path: Path = PATH) -> dict[str, Any] | None:
+    return read(path)["humaneval"].get(name)
+
+
+def write_entry(name: str, value: dict[str, Any], path: Path = PATH) -> None:
+    doc = read(path) if Path(path).is_file() else {"schema_version": 1, "humaneval": {}}
+    doc["humaneval"][name] = value
+    jsonio.validate(doc, _validator(), str(path), AccuracyBaselineError)
+    jsonio.atomic_write_text(path, jsonio.dumps(doc, str(path), AccuracyBaselineError))

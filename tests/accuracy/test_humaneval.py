@@ -1,0 +1,66 @@
+"""HumanEval pass@1 of the default pair, plain and assisted (greedy), in the sandbox, against
+baselines/accuracy.json. Where assisted and plain tokens are equal the verdicts must be equal;
+pass@1 must stay within the baseline's tolerance. CI runs a fixed subset; the full 164 are `slow`.
+
+Code runs in the sandbox (harness/sandbox.py); the test allows code execution for its own
+evaluation only (allow=True), as `--allow-code-execution` does for the CLI."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import accuracy_baselines, humaneval
+from accuracy_common import matrix, save
+
+pytestmark = [pytest.mark.accuracy, pytest.mark.real]
+
+PAIR, TP, DP = "qwen-coder-1.5b+0.5b", "bf16", "w8af32"
+
+
+def run(tmp_path, selection: str) -> None:
+    name = accuracy_baselines.key(PAIR, TP, DP, selection)
+    base = accuracy_baselines.entry(name)
+    if base is None:
+        message = (f"no baseline {name!r} in {accuracy_baselines.PATH}: measure it (make humaneval-full for the "
+                   "full set) and add it with harness.accuracy_baselines.write_entry")
+        pytest.skip(message) if selection == "full" else pytest.fail(message)
+    m = matrix()
+    out = {}
+    for assisted in (False, True):
+        config = humaneval.build_generate_config(m, PAIR, assisted=assisted, target_precision=TP,
+                                                 draft_precision=DP, max_new_tokens=base["max_new_tokens"])
+        try:
+            gen = humaneval.generate(m, config, tmp_path / f"{'assisted' if assisted else 'plain'}.jsonl",
+                                     task_ids=base["task_ids"], progress=False)
+        except humaneval.HarnessError as exc:
+            pytest.skip(str(exc))
+        ev = humaneval.evaluate(gen.out, allow=True, workers=2)
+        out["assisted" if assisted else "plain"] = (gen, ev)
+    (pg, pe), (ag, ae) = out["plain"], out["assisted"]
+    lines = []
+    for prow, arow in zip(pe.rows, ae.rows):
+        # the completion is the text up to the first stop sequence: assisted decoding may run a few
+        # tokens past it (it stops after a verification step), so compare completions, not raw tokens
+        same = prow["completion"] == arow["completion"]
+        lines.append(f"{prow['task_id']}: plain {prow['result'][:50]!r} assisted {arow['result'][:50]!r} "
+                     f"completions {'equal' if same else 'DIFFER'}")
+        if same:
+            assert prow["passed"] == arow["passed"], lines[-1]
+    summary = (f"{name}: pass@1 plain {pe.pass_at[1]:.3f} ({pg.tokens_per_sec or 0:.2f} tokens/s), assisted "
+               f"{ae.pass_at[1]:.3f} ({ag.tokens_per_sec or 0:.2f} tokens/s); baseline {base['plain_pass_at_1']:.3f} / "
+               f"{base['assisted_pass_at_1']:.3f} +- {base['tolerance']}")
+    print("\n" + "\n".join(lines + [summary]))
+    save(f"humaneval-{selection}", {"name": name, "plain_pass_at_1": pe.pass_at[1], "assisted_pass_at_1": ae.pass_at[1],
+                                    "plain_tokens_per_sec": pg.tokens_per_sec, "assisted_tokens_per_sec": ag.tokens_per_sec,
+                                    "rows": [{k: r[k] for k in ("task_id", "passed", "result")} for r in pe.rows + ae.rows]})
+    assert abs(pe.pass_at[1] - base["plain_pass_at_1"]) <= base["tolerance"] + 1e-9, summary
+    assert abs(ae.pass_at[1] - base["assisted_pass_at_1"]) <= base["tolerance"] + 1e-9, summary
+
+
+def test_humaneval_subset(tmp_path):
+    run(tmp_path, "subset")
+
+
+@pytest.mark.slow
+def test_humaneval_full(tmp_path):
+    run(tmp_path, "full")
