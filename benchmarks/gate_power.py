@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
@@ -93,6 +94,39 @@ def our_gate(rng, base, meas, settings, tolerance, drift):
         if stats.INCONCLUSIVE not in verdicts:
             return stats.PASS, len(picks)
         picks += [rng.randrange(len(meas["speedup"])) for _ in range(settings.batch)]
+
+
+def parametric_rates(rng, pools, levels, settings, tolerance, trials):
+    """The gate at production sample sizes (a baseline of max_rounds rounds, the gate's own rounds up
+    to the cap), drawing rounds from log-normal fits of the measured pools: each level's mean log,
+    the unslowed pool's spread, and the measured between-block spread as each run's random level.
+    The empirical replay above can only use half a pool as the baseline; this shows what the
+    measured means and spreads give with the sizes the gate really uses."""
+    zero = pools[0.0]
+    sd = {m: statistics.stdev(math.log(v) for v in zero[m]) for m in perf.METRICS}
+    drift = {m: stats.drift_sd(zero[m], settings.drift_block) for m in perf.METRICS}
+    mean = {lv: {m: statistics.fmean(math.log(v) for v in pools[lv][m]) for m in perf.METRICS} for lv in levels}
+    alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, settings.looks())
+
+    def run(lv, n):  # one run: its own level (between-run spread), then n rounds around it
+        level = {m: mean[lv][m] + rng.gauss(0, drift[m][0]) for m in perf.METRICS}
+        return {m: [math.exp(level[m] + rng.gauss(0, sd[m])) for _ in range(n)] for m in perf.METRICS}
+
+    out = {}
+    for lv in levels:
+        counts = {stats.PASS: 0, stats.FAIL: 0, stats.UNDECIDED: 0}
+        used = []
+        for _ in range(trials):
+            base = run(0.0, settings.max_rounds)
+            tol = tolerance or {m: stats.calibrated_tolerance(base[m], cap=settings.max_rounds, alpha=alpha,
+                                                             drift=drift[m][0], floor=settings.tolerance_floor)
+                                for m in perf.METRICS}
+            verdict, rounds = our_gate(rng, base, run(lv, settings.max_rounds), settings, tol, drift)
+            counts[verdict] += 1
+            used.append(rounds)
+        out[lv] = {"fail": counts[stats.FAIL] / trials, "undecided": counts[stats.UNDECIDED] / trials,
+                   "rounds": statistics.fmean(used)}
+    return out
 
 
 def benchmark_compare_fail(rng, base_times, meas, rounds, tolerance):
@@ -196,6 +230,15 @@ def main(argv=None) -> int:
     print("\n(0% row: false alarms; other rows: detection. 'undecided': still unresolved at the cap (a warning, "
           "or a failure with --perf-undecided=fail). Times: mean rounds x median round time, excluding model "
           "load and warm-up. 'calibrated': each replay calibrates from its own baseline half, as an update would.)")
+    print(f"\nThe same at production sizes (log-normal fits of the pools; baseline {settings.max_rounds} rounds):")
+    fixed_p = parametric_rates(rng, pools, levels, settings, fixed, args.trials)
+    calib_p = parametric_rates(rng, pools, levels, settings, None, args.trials)
+    for lv in levels:
+        f, c = fixed_p[lv], calib_p[lv]
+        print(f"{lv:>8.0%} | {f['fail']:>6.1%} / {f['undecided']:>5.1%}{'':>13} {f['rounds'] * round_s / 60:>7.1f} m | "
+              f"{c['fail']:>6.1%} / {c['undecided']:>5.1%}{'':>15} {c['rounds'] * round_s / 60:>7.1f} m |")
+    for row in table:
+        row["parametric"] = {"fixed": fixed_p[row["slowdown"]], "calibrated": calib_p[row["slowdown"]]}
     if args.json:
         saved = json.loads(args.json.read_text()) if args.json.exists() else {}
         saved.update(table=table, calibrated=calibrated, drift={m: list(v) for m, v in drift.items()})

@@ -62,9 +62,10 @@ def test_update_then_pass_twice_then_catch_a_planted_slowdown(workspace):
     for _ in range(2):
         again = gate(workspace)
         assert again.returncode == 0, again.stdout
-        assert "PASS" in again.stdout and "exact pass" in again.stdout
+        # a busy machine may leave a metric undecided (a warning), never a failure
+        assert "exact pass" in again.stdout and "FAIL" not in again.stdout
     report = json.loads((workspace["reports"] / "results.json").read_text())
-    assert {r["verdict"] for r in report["results"]} == {"pass"}
+    assert {r["verdict"] for r in report["results"]} <= {"pass", "undecided"}
     assert (workspace["reports"] / "speedup.png").stat().st_size > 0
 
     slowed = gate(workspace, "-k", "tiny+draft", "--perf-plant-slowdown", "10")
