@@ -31,29 +31,9 @@ from pathlib import Path
 from harness import perf, registry, stats
 
 
-class Slowdown:
-    """A slowdown whose size can change between rounds (one model load for every level)."""
-
-    def __init__(self) -> None:
-        self.fraction = 0.0
-
-    def attach(self, model) -> None:
-        def start(module, args):
-            module._gp_t0 = time.perf_counter()
-
-        def stop(module, args, output):
-            until = time.perf_counter() + (time.perf_counter() - module._gp_t0) * self.fraction
-            while time.perf_counter() < until:
-                pass
-
-        model.register_forward_pre_hook(start)
-        model.register_forward_hook(stop)
-
-
 def measure_pools(matrix, combo, settings, levels, pool, progress=True):
-    slow = Slowdown()
     loaded = perf.load_pair(matrix, combo)
-    slow.attach(loaded.target.model)
+    slow = perf.PlantedSlowdown(loaded.target.model)
     runner = perf.Runner(matrix, combo, loaded, settings)
     runner.warmup()
     pools = {lv: {"speedup": [], "assisted_tokens_per_sec": [], "plain_tokens_per_sec": [], "round_s": []}

@@ -13,6 +13,7 @@ import dataclasses
 import datetime as _dt
 import logging
 import subprocess
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,22 +105,24 @@ class LoadedPair:
     draft: models.LoadedModel | None
 
 
-def plant_slowdown(model: Any, fraction: float) -> None:
-    """Make every forward pass `fraction` slower by spinning after it (the gate's own check:
-    `--perf-plant-slowdown`, benchmarks/gate_power.py). Spinning keeps the core busy, as slower
-    code would."""
-    import time
+class PlantedSlowdown:
+    """Makes every forward pass of a model `fraction` slower by spinning after it (the gate's own
+    check: `--perf-plant-slowdown`, benchmarks/gate_power.py). Spinning keeps the core busy, as
+    slower code would. `fraction` may change between rounds (one model load for every level)."""
 
-    def start(module: Any, args: Any) -> None:
-        module._planted_t0 = time.perf_counter()
+    def __init__(self, model: Any, fraction: float = 0.0):
+        self.fraction = fraction
 
-    def stop(module: Any, args: Any, output: Any) -> None:
-        until = time.perf_counter() + (time.perf_counter() - module._planted_t0) * fraction
-        while time.perf_counter() < until:
-            pass
+        def start(module: Any, args: Any) -> None:
+            module._planted_t0 = time.perf_counter()
 
-    model.register_forward_pre_hook(start)
-    model.register_forward_hook(stop)
+        def stop(module: Any, args: Any, output: Any) -> None:
+            until = time.perf_counter() + (time.perf_counter() - module._planted_t0) * self.fraction
+            while time.perf_counter() < until:
+                pass
+
+        model.register_forward_pre_hook(start)
+        model.register_forward_hook(stop)
 
 
 def load_pair(matrix: Matrix, combo: Combination, *, slowdown: float = 0.0, plant_into: str = "target") -> LoadedPair:
@@ -137,7 +140,7 @@ def load_pair(matrix: Matrix, combo: Combination, *, slowdown: float = 0.0, plan
             raise ValueError(f"{combo.id}: has no draft model to slow down (prompt lookup)")
         log.warning("planting a %.0f%% slowdown into %s's forward pass", slowdown * 100,
                     pair.draft if plant_into == "draft" else pair.target)
-        plant_slowdown(victim.model, slowdown)
+        PlantedSlowdown(victim.model, slowdown)
     return LoadedPair(combo.model_key, target, draft)
 
 

@@ -194,7 +194,7 @@ def run_gate(session: PerfSession, combo: perf.Combination, benchmark: Any) -> N
         pytest.fail(message, pytrace=False)
 
     if (session.config.getoption("perf_plant_slowdown") and session.config.getoption("perf_plant_into") == "draft"
-            and combo.mode != "assisted"):
+            and combo.mode != perf.ASSISTED):
         pytest.skip(f"{combo.id}: --perf-plant-into draft: this combination has no draft model ({combo.mode})")
     runner = perf.Runner(session.matrix, combo, session.models_for(combo), session.settings)
     runner.warmup()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ def matrix() -> registry.Matrix:
     return registry.load_matrix()
 
 
-@cache
+@lru_cache(maxsize=2)  # the current pair's target and draft; earlier models are released (24 GiB here)
 def load(name: str, precision: str) -> models.LoadedModel:
     try:
         return models.load(matrix().model(name), precision)
