@@ -36,6 +36,20 @@ def gate(ws, *args: str, tolerance: str = "0.98") -> subprocess.CompletedProcess
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+def gate_until(ok, ws, *args: str, attempts: int = 3, **kw) -> subprocess.CompletedProcess:
+    """The gate run again (at most `attempts` times) until `ok(result)` holds. Only for the steps
+    that need a quiet spell: unchanged code decided FAIL, or two rounds that resolve a 2%
+    tolerance, both happen when another tenant takes the cores for the length of a run (CI saw
+    plain tokens/s at 0.23x its baseline for a whole 2-round run). The gate's false-alarm rate on
+    real pools is measured by benchmarks/gate_power.py and on simulated ones by test_gate_stats;
+    this test checks the plumbing, so a burst earns a re-run, never a pass of a broken path."""
+    for _ in range(attempts):
+        r = gate(ws, *args, **kw)
+        if ok(r):
+            return r
+    return r
+
+
 def baseline_file(ws) -> Path:
     return baselines.path_for(ws["baselines"], platform.detect("cpu").id)
 
@@ -60,9 +74,9 @@ def test_update_then_pass_twice_then_catch_a_planted_slowdown(workspace):
     assert len(doc["combinations"][CID]["speedup"]["samples"]) == 6  # update mode measures up to the cap
 
     for _ in range(2):
-        again = gate(workspace)
+        # a busy machine may leave a metric undecided (a warning); a decided FAIL earns a re-run
+        again = gate_until(lambda r: r.returncode == 0, workspace)
         assert again.returncode == 0, again.stdout
-        # a busy machine may leave a metric undecided (a warning), never a failure
         assert "exact pass" in again.stdout and "FAIL" not in again.stdout
     report = json.loads((workspace["reports"] / "results.json").read_text())
     assert {r["verdict"] for r in report["results"]} <= {"pass", "undecided"}
@@ -84,11 +98,12 @@ def test_update_then_pass_twice_then_catch_a_planted_slowdown(workspace):
 
     # two rounds cannot resolve a 2% tolerance: undecided, loud, and a failure only when asked
     narrow = ("-k", "tiny+draft", "--perf-repeats", "2", "--perf-max-repeats", "2")
-    undecided = gate(workspace, *narrow, tolerance="0.02")
+    undecided = gate_until(lambda r: r.returncode == 0, workspace, *narrow, tolerance="0.02")
     assert undecided.returncode == 0, undecided.stdout
     assert "UNDECIDED" in undecided.stdout and "PerfUndecidedWarning" in undecided.stdout
     assert "this machine is too noisy to tell a 2% change from none" in undecided.stdout
-    strict = gate(workspace, *narrow, "--perf-undecided", "fail", tolerance="0.02")
+    strict = gate_until(lambda r: "perf regression in" not in r.stdout, workspace, *narrow, "--perf-undecided", "fail",
+                        tolerance="0.02")
     assert strict.returncode == 1
     assert f"perf gate undecided in {CID}" in strict.stdout
 
