@@ -400,7 +400,11 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu") -> LoadedModel:
     tokenizer = AutoTokenizer.from_pretrained(path)
     record = None
     if quantized:
-        model, record = quant.quantize(model, precision)
+        from quant.cache import cached_quantize
+        from quant.calibration import token_windows
+
+        settings = {"calibration": token_windows(tokenizer)} if quant.method(precision).calibrated else {}
+        model, record = cached_quantize(model, precision, path, cache_root() / "quantized", **settings)
     log.info("loaded %s (%s) in %.1f s", spec.name, precision, time.perf_counter() - start)
     return LoadedModel(spec.name, precision, device, model, tokenizer, path, time.perf_counter() - start,
                        record.as_dict() if record else None)

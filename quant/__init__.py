@@ -1,21 +1,52 @@
 """Weight quantization: one module per method behind one small interface.
 
-    model, record = quantize(model, "w8af32", **settings)
+    model, record = quantize(model, "w4abf16", calibration=token_windows(tokenizer))
 
-`record` says what was done (method, settings, layers converted, time) and goes into results.
+`record` says what was done (method, settings, layers converted, seconds) and goes into results.
+`save` / `load` keep a quantized model's converted layers on disk; `harness.models.load` caches
+them by a hash of model, method, settings, calibration text and library versions (quant/cache.py).
+
+| method        | weights                     | activations            | kernel                          |
+|---------------|-----------------------------|------------------------|---------------------------------|
+| w8af32        | int8 per output channel     | int8 per token, fp32   | torch._int_mm                   |
+| w8af32-tensor | int8 per output channel     | int8 per tensor, fp32  | torch.ao dynamic (fbgemm)       |
+| w8abf16       | int8 per output channel     | bf16                   | aten._weight_int8pack_mm        |
+| w8a8          | SmoothQuant, int8 per chan. | int8 per token, fp32   | torch._int_mm                   |
+| w4abf16       | AWQ, 4-bit per group of 128 | bf16                   | aten._weight_int4pack_mm_for_cpu|
+| w4abf16-rtn   | round-to-nearest 4-bit      | bf16                   | aten._weight_int4pack_mm_for_cpu|
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
+import os
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-# method name -> (module, float dtype the model is loaded in before quantizing)
-_METHODS: dict[str, tuple[str, str]] = {
-    "w8af32": ("quant.w8af32", "float32"),
+from quant.layers import QuantSettingsError
+
+
+@dataclass(frozen=True)
+class Method:
+    module: str
+    base_dtype: str            # the float dtype (torch attribute name) the model is loaded in first
+    calibrated: bool = False   # needs calibration token windows
+    saveable: bool = True      # its layers are quant.layers classes (save/load/cache)
+
+
+_METHODS: dict[str, Method] = {
+    "w8af32": Method("quant.w8af32", "float32"),
+    "w8af32-tensor": Method("quant.w8af32_tensor", "float32", saveable=False),
+    "w8abf16": Method("quant.w8abf16", "bfloat16"),
+    "w8a8": Method("quant.smoothquant", "float32", calibrated=True),
+    "w4abf16": Method("quant.awq", "bfloat16", calibrated=True),
+    "w4abf16-rtn": Method("quant.rtn", "bfloat16"),
 }
+SAVE_FORMAT = 1
 
 
 @dataclass
@@ -24,6 +55,7 @@ class QuantRecord:
     settings: dict[str, Any] = field(default_factory=dict)
     layers: int = 0
     seconds: float = 0.0
+    cached: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -33,19 +65,81 @@ def methods() -> tuple[str, ...]:
     return tuple(_METHODS)
 
 
-def base_dtype(method: str) -> str:
-    """The float dtype (torch attribute name) a model is loaded in before `quantize`."""
-    return _METHODS[_check(method)][1]
+def method(name: str) -> Method:
+    if name not in _METHODS:
+        close = difflib.get_close_matches(name, _METHODS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise QuantSettingsError(f"unknown quantization method {name!r}.{hint} Available: {', '.join(_METHODS)}")
+    return _METHODS[name]
 
 
-def _check(method: str) -> str:
-    if method not in _METHODS:
-        raise ValueError(f"unknown quantization method {method!r}; available: {', '.join(_METHODS)}")
-    return method
+def base_dtype(name: str) -> str:
+    return method(name).base_dtype
 
 
-def quantize(model: Any, method: str, **settings: Any) -> tuple[Any, QuantRecord]:
-    module = importlib.import_module(_METHODS[_check(method)][0])
+def settings_of(name: str) -> dict[str, Any]:
+    """The settings a method takes, with their defaults."""
+    fn = importlib.import_module(method(name).module).quantize
+    return {p.name: p.default for p in inspect.signature(fn).parameters.values()
+            if p.kind is p.KEYWORD_ONLY and p.name != "progress"}
+
+
+def quantize(model: Any, name: str, *, progress: bool = True, **settings: Any) -> tuple[Any, QuantRecord]:
+    known = settings_of(name)
+    for key in settings:
+        if key not in known:
+            raise QuantSettingsError(f"{name} has no setting {key!r}; its settings: "
+                                     f"{', '.join(known) or '(none)'}")
+    module = importlib.import_module(method(name).module)
     start = time.perf_counter()
-    model, layers, used = module.quantize(model, **settings)
-    return model, QuantRecord(method=method, settings=used, layers=layers, seconds=time.perf_counter() - start)
+    model, layers, used = module.quantize(model, progress=progress, **settings)
+    return model, QuantRecord(method=name, settings=used, layers=layers, seconds=time.perf_counter() - start)
+
+
+def save(model: Any, record: QuantRecord, path: Path) -> None:
+    """Write the converted layers and the record to one file, atomically (temporary, fsync, rename)."""
+    import torch
+
+    from quant.layers import LAYER_CLASSES, layer_meta
+
+    if not method(record.method).saveable:
+        raise QuantSettingsError(f"{record.method} layers are torch.ao modules and are not saved; "
+                                 "quantizing again takes seconds")
+    layers = {name: {"meta": layer_meta(m), "state": m.state_dict()}
+              for name, m in model.named_modules() if type(m).__name__ in LAYER_CLASSES}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save({"format": SAVE_FORMAT, "record": record.as_dict(), "layers": layers}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load(model: Any, path: Path) -> tuple[Any, QuantRecord]:
+    """Swap the saved quantized layers into `model` (the same architecture, loaded in the method's
+    base dtype); the float weights of those layers are dropped."""
+    import torch
+
+    from quant.layers import restore_layer
+    from quant.walk import replace
+
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated, not a torch file, ...
+        raise QuantSettingsError(f"{path}: not a readable quantized checkpoint ({exc.__class__.__name__}); "
+                                 "delete it and quantize again") from None
+    if not isinstance(saved, dict) or saved.get("format") != SAVE_FORMAT:
+        raise QuantSettingsError(f"{path}: checkpoint format {saved.get('format') if isinstance(saved, dict) else '?'}"
+                                 f", this code reads {SAVE_FORMAT}; delete it and quantize again")
+    modules = dict(model.named_modules())
+    for name, entry in saved["layers"].items():
+        if name not in modules:
+            raise QuantSettingsError(f"{path}: layer {name!r} is not in this model; the checkpoint belongs to "
+                                     "another architecture")
+        replace(model, name, restore_layer(entry["meta"], entry["state"]))
+    record = QuantRecord(**{**saved["record"], "cached": True})
+    return model, record

@@ -1,30 +1,24 @@
-"""w8af32: int8 weights (per output channel), int8 activations quantized dynamically per call,
-float32 everywhere else. The reference's draft precision.
+"""w8af32: int8 weights per output channel, activations quantized to int8 per token at run time,
+float32 everywhere else (quant.layers.Int8DynamicLinear, torch._int_mm).
 
-Uses torch's dynamic quantization (fbgemm/x86 int8 GEMM). Activation scales are per tensor:
-a block of K+1 verified tokens quantizes differently from one token, so a *target* in this
-precision can disagree with its own plain greedy output (FACTS.md). For a *draft* that only
-changes which tokens are proposed, never the output. Per-token activation scales are the
-quantization issue's work.
-"""
+Per-token scales make a row's result independent of the other rows in the call: a block of K+1
+tokens verified together computes each token exactly as decoding it alone would, so a target in
+this precision gives assisted output equal to its own plain output. The per-tensor variant
+(`w8af32-tensor`) does not (FACTS.md)."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
 
+from quant.layers import Int8DynamicLinear
+from quant.walk import linear_layers, replace
 
-def quantize(model: torch.nn.Module, *, per_channel: bool = True) -> tuple[torch.nn.Module, int, dict[str, Any]]:
-    if next(model.parameters()).dtype != torch.float32:
-        raise ValueError("w8af32 quantizes a float32 model; load it with dtype=torch.float32 first")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", category=DeprecationWarning)  # torch.ao is deprecated, still shipped
-        warnings.simplefilter("ignore", category=UserWarning)
-        from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 
-        qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
-        layers = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
-        model = quantize_dynamic(model, {torch.nn.Linear: qconfig}, dtype=torch.qint8, inplace=True)
-    return model, layers, {"per_channel": per_channel, "activations": "dynamic int8, per tensor"}
+def quantize(model: torch.nn.Module, *, skip: tuple[str, ...] = (), progress: bool = True) -> tuple[torch.nn.Module, int, dict[str, Any]]:
+    layers = linear_layers(model, tuple(skip))
+    for name, lin in layers:
+        replace(model, name, Int8DynamicLinear(lin.weight, lin.bias))
+    return model, len(layers), {"skip": list(skip), "weights": "int8 per output channel",
+                                "activations": "dynamic int8, per token"}

@@ -1,0 +1,50 @@
+"""Quantized checkpoints on disk, keyed by what makes them: quantization runs once per model,
+method and settings. The key hashes the model's files (config and weight file names, sizes and
+times), the method, its settings, the calibration text, this package's save format and the
+torch version (packed int4 layouts are torch's own)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import quant
+
+log = logging.getLogger(__name__)
+
+
+def model_fingerprint(model_dir: Path) -> dict[str, Any]:
+    files = sorted(p for p in model_dir.iterdir() if p.suffix in (".safetensors", ".bin", ".json"))
+    return {"dir": str(model_dir.resolve()),
+            "files": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]}
+
+
+def key(model_dir: Path, name: str, settings: dict[str, Any]) -> str:
+    described = {k: (v.describe() if hasattr(v, "describe") else v) for k, v in sorted(settings.items())}
+    blob = json.dumps({"model": model_fingerprint(model_dir), "method": name, "settings": described,
+                       "format": quant.SAVE_FORMAT, "torch": torch.__version__}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cached_quantize(model: Any, name: str, model_dir: Path, cache_dir: Path, *, progress: bool = True,
+                    **settings: Any) -> tuple[Any, quant.QuantRecord]:
+    """`quant.quantize`, or the saved result of the same call if there is one."""
+    if not quant.method(name).saveable:
+        return quant.quantize(model, name, progress=progress, **settings)
+    path = cache_dir / f"{model_dir.name}-{name}-{key(model_dir, name, settings)}.pt"
+    if path.exists():
+        try:
+            model, record = quant.load(model, path)
+            log.info("%s: quantized layers from %s", name, path)
+            return model, record
+        except quant.QuantSettingsError as exc:
+            log.warning("%s; quantizing again", exc)
+    model, record = quant.quantize(model, name, progress=progress, **settings)
+    quant.save(model, record, path)
+    log.info("%s: quantized in %.1f s, saved %s", name, record.seconds, path)
+    return model, record

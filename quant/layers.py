@@ -1,0 +1,172 @@
+"""The quantized linear layers and the per-channel / per-group weight quantizers they use.
+
+Each layer keeps its quantized weight as buffers (so `state_dict` saves it) and calls one of
+torch's own CPU kernels in `forward`:
+
+    Int8DynamicLinear    int8 weights per output channel, int8 activations per token  torch._int_mm
+    Int8WeightOnlyLinear int8 weights per output channel, bf16 activations    aten._weight_int8pack_mm
+    Int4WeightOnlyLinear int4 weights per group of input channels, bf16 act.  aten._weight_int4pack_mm_for_cpu
+
+`input_scale` (optional, one value per input channel) divides the activations before the
+kernel: AWQ and SmoothQuant move per-channel scale from activations into weights this way.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+INT4_GROUP_SIZES = (32, 64, 128, 256)
+INT4_INNER_K_TILES = 2  # torch's CPU int4 packing: in_features must be a multiple of 16 * this
+
+
+class QuantSettingsError(ValueError):
+    """A setting or a layer shape that a quantization method cannot handle."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Weight quantizers (pure functions, float in, integers + scales out)
+# ---------------------------------------------------------------------------------------------
+def int8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 per output channel: weight ~ q * scale[:, None], q in [-127, 127]."""
+    w = weight.detach().float()
+    scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-8)
+    q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scale
+
+
+def int4_groups(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit per group of `group_size` input channels (gpt-fast's convention, the one
+    torch's int4 kernel dequantizes with: w = (q - 8) * scale + zero, q in [0, 15]).
+    Returns q [N, K] int32, scale [N, K/g], zero [N, K/g] (float32)."""
+    n, k = weight.shape
+    w = weight.detach().float().reshape(n, k // group_size, group_size)
+    lo, hi = w.amin(dim=-1), w.amax(dim=-1)
+    scale = ((hi - lo) / 15).clamp(min=1e-6)
+    q = torch.round((w - lo[..., None]) / scale[..., None]).clamp(0, 15)
+    return q.reshape(n, k).to(torch.int32), scale, lo + scale * 8
+
+
+def int4_dequantize(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group_size: int) -> torch.Tensor:
+    n, k = q.shape
+    w = (q.reshape(n, k // group_size, group_size).float() - 8) * scale[..., None] + zero[..., None]
+    return w.reshape(n, k)
+
+
+def int4_fake_quant(weight: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Quantize then dequantize: the float weight the int4 layer computes with (AWQ's search)."""
+    return int4_dequantize(*int4_groups(weight, group_size), group_size)
+
+
+def check_int4_shape(name: str, weight: torch.Tensor, group_size: int) -> None:
+    if group_size not in INT4_GROUP_SIZES:
+        raise QuantSettingsError(f"group_size={group_size}: torch's CPU int4 kernel takes "
+                                 f"{', '.join(map(str, INT4_GROUP_SIZES))}; 128 is the reference's")
+    n, k = weight.shape
+    if k % group_size or k % (16 * INT4_INNER_K_TILES):
+        raise QuantSettingsError(f"layer {name!r}: in_features {k} is not a multiple of group_size "
+                                 f"{group_size} (and of {16 * INT4_INNER_K_TILES}); skip the layer "
+                                 f"(skip=[...]) or choose a group size that divides {k}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers
+# ---------------------------------------------------------------------------------------------
+class _QuantLinear(nn.Module):
+    def __init__(self, in_features: int, out_features: int, bias: torch.Tensor | None,
+                 input_scale: torch.Tensor | None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("bias", None if bias is None else bias.detach().clone())
+        self.register_buffer("input_scale", None if input_scale is None else input_scale.detach().clone())
+
+    def _scaled(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        x = x.reshape(-1, self.in_features).to(dtype)
+        return x if self.input_scale is None else x / self.input_scale.to(dtype)
+
+    def _finish(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"input_scale={self.input_scale is not None}")
+
+
+class Int8DynamicLinear(_QuantLinear):
+    """w8a8 compute: each token's activations get their own int8 scale, so a block of K+1
+    verified tokens computes every row exactly as one token alone would."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                 input_scale: torch.Tensor | None = None) -> None:
+        super().__init__(weight.shape[1], weight.shape[0], bias, input_scale)
+        w = weight.detach().float() * (1 if input_scale is None else input_scale.float()[None, :])
+        q, scale = int8_per_channel(w)
+        self.register_buffer("weight_t", q.t().contiguous())  # [K, N]: torch._int_mm's layout
+        self.register_buffer("weight_scale", scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self._scaled(x, torch.float32)
+        a_scale = (a.abs().amax(dim=1, keepdim=True) / 127).clamp(min=1e-8)
+        a_q = torch.round(a / a_scale).clamp(-127, 127).to(torch.int8)
+        y = torch._int_mm(a_q, self.weight_t).float() * a_scale * self.weight_scale
+        return self._finish(y, x)
+
+
+class Int8WeightOnlyLinear(_QuantLinear):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        super().__init__(weight.shape[1], weight.shape[0], bias, None)
+        q, scale = int8_per_channel(weight)
+        self.register_buffer("weight_q", q)
+        self.register_buffer("weight_scale", scale.to(torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten._weight_int8pack_mm(self._scaled(x, torch.bfloat16), self.weight_q, self.weight_scale)
+        return self._finish(y, x)
+
+
+class Int4WeightOnlyLinear(_QuantLinear):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, group_size: int = 128,
+                 input_scale: torch.Tensor | None = None, name: str = "linear") -> None:
+        check_int4_shape(name, weight, group_size)
+        super().__init__(weight.shape[1], weight.shape[0], bias, input_scale)
+        self.group_size = group_size
+        w = weight.detach().float() * (1 if input_scale is None else input_scale.float()[None, :])
+        q, scale, zero = int4_groups(w, group_size)
+        self.register_buffer("weight_packed",
+                             torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, INT4_INNER_K_TILES))
+        # [K/g, N, 2] bf16, the kernel's layout
+        self.register_buffer("scales_and_zeros",
+                             torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous().to(torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(self._scaled(x, torch.bfloat16), self.weight_packed,
+                                                       self.group_size, self.scales_and_zeros)
+        return self._finish(y, x)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", group_size={self.group_size}"
+
+
+LAYER_CLASSES = {c.__name__: c for c in (Int8DynamicLinear, Int8WeightOnlyLinear, Int4WeightOnlyLinear)}
+
+
+def layer_meta(layer: _QuantLinear) -> dict:
+    return {"class": type(layer).__name__, "in_features": layer.in_features,
+            "out_features": layer.out_features, "group_size": getattr(layer, "group_size", None)}
+
+
+def restore_layer(meta: dict, state: dict[str, torch.Tensor]) -> _QuantLinear:
+    """Rebuild a saved quantized layer from its buffers, without the float weight."""
+    cls = LAYER_CLASSES[meta["class"]]
+    layer = cls.__new__(cls)
+    nn.Module.__init__(layer)
+    layer.in_features, layer.out_features = meta["in_features"], meta["out_features"]
+    if meta.get("group_size") is not None:
+        layer.group_size = meta["group_size"]
+    for key in ("bias", "input_scale"):
+        layer.register_buffer(key, None)
+    for key, value in state.items():
+        layer.register_buffer(key, value)
+    return layer

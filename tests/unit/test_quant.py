@@ -1,0 +1,157 @@
+"""quant/: each method's layers against a float reference, int4 packing, AWQ against
+round-to-nearest, per-token activation scales, save/load, and the errors for bad settings."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+
+import pytest
+import torch
+
+import quant
+from harness import registry
+from harness.models import FLOAT_DTYPES
+from quant import awq, layers
+from quant.calibration import TokenWindows, corpus_text
+from quant.layers import QuantSettingsError
+from tiny_models import VOCAB, prompt, tiny_model
+
+K, N = 256, 384
+
+
+def outlier_inputs(rows: int = 64, seed: int = 0) -> torch.Tensor:
+    """Activations like a transformer's: a few input channels 30x larger than the rest."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, K, generator=g)
+    x[:, :4] *= 30
+    return x
+
+
+def weight(seed: int = 1) -> torch.Tensor:
+    return torch.randn(N, K, generator=torch.Generator().manual_seed(seed)) * 0.05
+
+
+def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((y.float() - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.parametrize("make, bound", [
+    (lambda w: layers.Int8DynamicLinear(w), 0.03),          # int8 x int8: about 1%
+    (lambda w: layers.Int8WeightOnlyLinear(w), 0.02),       # int8 weights, bf16 activations
+    (lambda w: layers.Int4WeightOnlyLinear(w), 0.15),       # 4 bits per group of 128: about 8%
+], ids=["int8-dynamic", "int8-weight-only", "int4-group128"])
+def test_each_layer_is_close_to_the_float_layer(make, bound):
+    w, x = weight(), outlier_inputs()
+    err = rel_err(make(w)(x), x @ w.t())
+    assert err < bound
+    assert err > 1e-4  # it really quantized
+
+
+def test_int4_packing_round_trips_through_torchs_kernel():
+    w = weight()
+    layer = layers.Int4WeightOnlyLinear(w, group_size=64)
+    q, scale, zero = layers.int4_groups(w, 64)
+    # what the kernel computes against the identity is the dequantized weight, transposed
+    expected = layers.int4_dequantize(q, scale.bfloat16().float(), zero.bfloat16().float(), 64)
+    got = layer(torch.eye(K, dtype=torch.bfloat16)).float().t()
+    assert torch.allclose(got, expected, atol=2e-3)
+    assert q.min() >= 0 and q.max() <= 15
+
+
+def test_awq_calibration_loss_beats_round_to_nearest_on_outlier_channels():
+    w, x = weight(), outlier_inputs()
+    scale, alpha, loss, rtn_loss = awq.search_scale(w, x, x.abs().mean(0), group_size=128, grid=20)
+    assert alpha > 0
+    assert loss < 0.8 * rtn_loss, (loss, rtn_loss)
+    # and on held-out rows of the same distribution, through the real int4 kernel
+    held = outlier_inputs(seed=5)
+    ref = held @ w.t()
+    awq_err = rel_err(layers.Int4WeightOnlyLinear(w, input_scale=scale)(held), ref)
+    rtn_err = rel_err(layers.Int4WeightOnlyLinear(w)(held), ref)
+    assert awq_err < rtn_err
+
+
+def test_per_token_scales_make_a_verified_block_equal_to_one_token_at_a_time():
+    w, x = weight(), outlier_inputs(rows=7)
+    x[3] *= 50  # one token with a much larger range than the others
+    per_token = layers.Int8DynamicLinear(w)
+    rows = torch.cat([per_token(x[i:i + 1]) for i in range(7)])
+    assert torch.equal(per_token(x), rows)
+    # torch.ao's dynamic linear has one scale per call: the block and the rows differ
+    lin = torch.nn.Sequential(torch.nn.Linear(K, N, bias=False))
+    with torch.no_grad():
+        lin[0].weight.copy_(w)
+    ao, _ = quant.quantize(lin, "w8af32-tensor")
+    assert not torch.equal(ao(x), torch.cat([ao(x[i:i + 1]) for i in range(7)]))
+
+
+def windows(rows: int = 4, length: int = 32) -> TokenWindows:
+    ids = torch.randint(3, VOCAB, (rows, length), generator=torch.Generator().manual_seed(3))
+    return TokenWindows("calibration", ids, hashlib.sha256(ids.numpy().tobytes()).hexdigest())
+
+
+def greedy(model, n: int = 16) -> list[int]:
+    out = model.generate(prompt(), max_new_tokens=n, do_sample=False)
+    return out[0].tolist()
+
+
+@pytest.mark.parametrize("method", ["w8af32", "w8abf16", "w8a8", "w4abf16", "w4abf16-rtn"])
+def test_quantized_model_saves_loads_and_gives_the_same_tokens(method, tmp_path):
+    dtype = getattr(torch, quant.base_dtype(method))
+    float_model = tiny_model("qwen2", seed=0, hidden=128).to(dtype)
+    settings = {"calibration": windows()} if quant.method(method).calibrated else {}
+    model, record = quant.quantize(copy.deepcopy(float_model), method, progress=False, **settings)
+    assert record.layers == 2 * 7 + (0 if method.startswith("w4") else 1)  # lm_head kept for int4
+    assert type(model.model.layers[0].mlp.down_proj).__name__.endswith("Linear")
+    assert type(model.model.layers[0].mlp.down_proj) is not torch.nn.Linear
+    tokens = greedy(model)
+    quant.save(model, record, tmp_path / "q.pt")
+    loaded, loaded_record = quant.load(copy.deepcopy(float_model), tmp_path / "q.pt")
+    assert loaded_record.cached and loaded_record.settings == json.loads(json.dumps(record.settings))
+    assert greedy(loaded) == tokens
+    # the float reference decodes something close: the same first tokens at least
+    assert greedy(float_model)[:prompt().shape[1] + 1] == tokens[:prompt().shape[1] + 1]
+
+
+def test_a_truncated_checkpoint_is_a_clear_error(tmp_path):
+    model, record = quant.quantize(tiny_model("llama", seed=0), "w8af32", progress=False)
+    path = tmp_path / "q.pt"
+    quant.save(model, record, path)
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(QuantSettingsError, match="not a readable quantized checkpoint .* delete it and quantize again"):
+        quant.load(tiny_model("llama", seed=0), path)
+
+
+@pytest.mark.parametrize("method, settings, message", [
+    ("w4abf16-rtn", {"group_size": 100}, "group_size=100: torch's CPU int4 kernel takes 32, 64, 128, 256"),
+    ("w4abf16-rtn", {"group_size": 128}, "layer 'model.layers.0.self_attn.q_proj': in_features 64 is not a multiple"),
+    ("w4abf16", {}, "w4abf16 \\(AWQ\\) needs calibration text"),
+    ("w8a8", {}, "w8a8 \\(SmoothQuant\\) needs calibration text"),
+    ("w8abf16", {"group_size": 128}, "w8abf16 has no setting 'group_size'; its settings: skip"),
+    ("w4abf16", {"grid": 0, "calibration": "x"}, "grid=0: give 1-100 alpha steps"),
+    ("w4af16", {}, "unknown quantization method 'w4af16'. Did you mean 'w4abf16'\\?"),
+])
+def test_bad_settings_are_clear_errors_and_change_nothing(method, settings, message):
+    model = tiny_model("llama", seed=0)  # hidden 64: no int4 group of 128 fits
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(QuantSettingsError, match=message):
+        quant.quantize(model, method, progress=False, **settings)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(type(m) is not layers.Int4WeightOnlyLinear for m in model.modules())
+
+
+def test_smoothquant_alpha_out_of_range():
+    with pytest.raises(QuantSettingsError, match="alpha=1.5: SmoothQuant's migration strength is between 0 and 1"):
+        quant.quantize(tiny_model("llama", seed=0), "w8a8", calibration=windows(), alpha=1.5, progress=False)
+
+
+def test_registry_precisions_are_the_float_dtypes_and_the_quant_methods():
+    assert set(registry.precisions()) == set(FLOAT_DTYPES) | set(quant.methods())
+
+
+def test_calibration_and_heldout_text_share_no_file_and_ship_with_python():
+    cal, held = corpus_text("calibration"), corpus_text("heldout")
+    assert len(cal) > 100_000 and len(held) > 100_000
+    assert cal[:2000] not in held
