@@ -11,7 +11,7 @@ BENCH_ARGS  ?=
 K_SWEEP     ?= 2-8
 
 .PHONY: setup bench bench-smoke sweep test unit fetch perf perf-all perf-update gate-power clean-venv \
-        accuracy accuracy-all humaneval-full sandbox-tools sandbox-selftest
+        accuracy accuracy-all humaneval-full sandbox-tools sandbox-selftest quant-table
 
 setup: $(VENV)/.installed
 
@@ -55,6 +55,12 @@ perf-update: setup
 # How well the gate tells planted slowdowns from noise (detection / false-alarm table).
 gate-power: setup
 	$(PY) benchmarks/gate_power.py $(GATE_POWER_ARGS)
+
+# What each precision buys (quant/): quantize time, decode tokens/s, held-out perplexity per
+# precision of the pair's target and draft, then assisted speedups per target+draft precision.
+# Quantized checkpoints are cached (~/.cache/assisted-bench/quantized): the first run quantizes.
+quant-table: fetch
+	$(PY) benchmarks/quant_table.py --pair $(PAIR) --json results/quant_table.json $(QUANT_ARGS)
 
 unit: setup
 	$(PY) -m pytest tests/unit -q

@@ -314,6 +314,39 @@ def evaluate(runner: Runner, baseline: dict[str, Any]) -> Verdict:
     return Verdict(runner.combo.id, exact, decisions, runner.samples.rounds(), notes)
 
 
+def confirm(runner: Runner, baseline: dict[str, Any], first: Verdict) -> Verdict:
+    """Re-measure a statistical FAIL once, with fresh rounds, before reporting it.
+
+    A shared machine can run a whole gate slow: CI once measured a tiny model at 0.23x its baseline
+    for every round of a run. The gate rightly decides FAIL on such a run. A regression of the
+    code is there again in a second measurement; a burst of contention usually is not. So a
+    metric fails only when it fails in both measurements. One that failed once and passed or
+    stayed inconclusive the second time is UNDECIDED, with both measurements in its note.
+    Exact-counter failures are deterministic and are never re-measured."""
+    if not first.failed or (first.exact is not None and first.exact.verdict == stats.FAIL):
+        return first
+    log.warning("%s: %s failed; confirming with fresh rounds", runner.combo.id,
+                ", ".join(m for m, d in first.decisions.items() if d.verdict == stats.FAIL))
+    runner.samples = Samples()
+    while runner.samples.rounds() < runner.settings.rounds:
+        runner.round()
+    second = evaluate(runner, baseline)
+    decisions, notes = {}, list(second.notes)
+    for m, d in second.decisions.items():
+        was = first.decisions[m]
+        if was.verdict == stats.FAIL and d.verdict != stats.FAIL:
+            decisions[m] = dataclasses.replace(d, verdict=stats.UNDECIDED)
+            notes.append(f"{m} failed in a first measurement ({(was.ratio - 1) * 100:+.1f}%, CI "
+                         f"[{was.ci_low:.3f}, {was.ci_high:.3f}], {was.n_measured} rounds) and not in its "
+                         f"confirmation ({(d.ratio - 1) * 100:+.1f}%): contention during the first?")
+        else:
+            decisions[m] = d
+            if was.verdict == stats.FAIL:
+                notes.append(f"{m}: the failure was confirmed by a second, independent measurement "
+                             f"(first {(was.ratio - 1) * 100:+.1f}%, then {(d.ratio - 1) * 100:+.1f}%)")
+    return Verdict(first.combination, second.exact, decisions, first.rounds + second.rounds, notes)
+
+
 def git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)

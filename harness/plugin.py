@@ -47,6 +47,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="a metric still undecided at --perf-max-repeats (the machine was too noisy to tell a "
                      "tolerance-sized change from none): warn (default; shown as UNDECIDED in the summary and "
                      "as a warning) or fail")
+    g.addoption("--perf-confirm", choices=("on", "off"), default="on",
+                help="a statistical FAIL is measured again with fresh rounds and reported only if it fails "
+                     "again; a failure seen once becomes UNDECIDED (default: on; off is faster when a "
+                     "regression is expected)")
     g.addoption("--perf-report-dir", default="results/perf", metavar="DIR",
                 help="where results.json, summary.md and speedup.png go (default: results/perf)")
     g.addoption("--perf-plant-into", choices=("target", "draft"), default="target",
@@ -218,6 +222,8 @@ def run_gate(session: PerfSession, combo: perf.Combination, benchmark: Any) -> N
         result["tolerance"] = record["tolerance"]
     else:
         verdict = perf.evaluate(runner, baseline)
+        if session.config.getoption("perf_confirm") == "on":
+            verdict = perf.confirm(runner, baseline, verdict)
         result["verdict"] = verdict.outcome
         result["decisions"] = {m: d.as_dict() for m, d in verdict.decisions.items()}
         result["exact"] = None if verdict.exact is None else verdict.exact.verdict

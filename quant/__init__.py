@@ -46,7 +46,7 @@ _METHODS: dict[str, Method] = {
     "w4abf16": Method("quant.awq", "bfloat16", calibrated=True),
     "w4abf16-rtn": Method("quant.rtn", "bfloat16"),
 }
-SAVE_FORMAT = 1
+SAVE_FORMAT = 2  # 2: Int8DynamicLinear keeps weight_q [N, K]
 
 
 @dataclass

@@ -17,10 +17,15 @@ pytestmark = [pytest.mark.accuracy, pytest.mark.real]
 COMBINATIONS = [
     ("smollm2-135m+self", "fp32", "fp32", 64, []),
     ("smollm2-135m+self", "bf16", "w8af32", 64, []),
+    # a quantized target: per-token activation scales keep a verified block equal to one token at a time
+    ("smollm2-135m+self", "w8af32", "w8af32", 64, []),
     ("smollm2-135m+lookup", "fp32", None, 64, []),
     ("smollm2-135m+lookup", "bf16", None, 64, []),
     ("qwen-coder-1.5b+0.5b", "bf16", "w8af32", 48, [pytest.mark.slow]),
     ("qwen-coder-1.5b+0.5b", "bf16", "bf16", 48, [pytest.mark.slow]),
+    ("qwen-coder-1.5b+0.5b", "w4abf16", "bf16", 48, [pytest.mark.slow]),
+    ("qwen-coder-1.5b+0.5b", "w4abf16", "w8af32", 48, [pytest.mark.slow]),
+    ("qwen-coder-1.5b+0.5b", "w8af32", "w8af32", 48, [pytest.mark.slow]),
     # fp32 1.5B + 0.5B needs about 10 GB: only where memory allows (skipped below otherwise)
     ("qwen-coder-1.5b+0.5b", "fp32", "fp32", 48, [pytest.mark.slow]),
 ]

@@ -155,3 +155,33 @@ def test_calibration_and_heldout_text_share_no_file_and_ship_with_python():
     cal, held = corpus_text("calibration"), corpus_text("heldout")
     assert len(cal) > 100_000 and len(held) > 100_000
     assert cal[:2000] not in held
+
+
+def test_every_precision_has_a_near_tie_epsilon():
+    from harness.equivalence import EPSILON
+
+    assert set(EPSILON) == set(registry.precisions())
+
+
+def test_the_cache_quantizes_once_per_model_method_and_settings(tmp_path):
+    from quant.cache import cached_quantize
+
+    model_dir = tmp_path / "model"
+    tiny_model("qwen2", seed=0, hidden=128).save_pretrained(model_dir)
+    cache = tmp_path / "cache"
+
+    def fresh():
+        return tiny_model("qwen2", seed=0, hidden=128).to(torch.bfloat16)
+
+    first, rec1 = cached_quantize(fresh(), "w4abf16-rtn", model_dir, cache, progress=False)
+    assert not rec1.cached and len(list(cache.iterdir())) == 1
+    again, rec2 = cached_quantize(fresh(), "w4abf16-rtn", model_dir, cache, progress=False)
+    assert rec2.cached and rec2.seconds == rec1.seconds  # the record says how long quantizing took
+    assert greedy(again) == greedy(first)
+    cached_quantize(fresh(), "w4abf16-rtn", model_dir, cache, progress=False, group_size=64)
+    assert len(list(cache.iterdir())) == 2  # other settings, another checkpoint
+    # a damaged checkpoint is quantized again, not trusted
+    for f in cache.iterdir():
+        f.write_bytes(b"garbage")
+    _, rec3 = cached_quantize(fresh(), "w4abf16-rtn", model_dir, cache, progress=False)
+    assert not rec3.cached

@@ -1,0 +1,77 @@
+"""perf.confirm: a statistical FAIL is re-measured once; it stays a FAIL only if the second,
+independent measurement fails too. Rounds come from a script (a burst of contention, then a
+quiet machine; or a real regression throughout), so the outcome is deterministic."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+from harness import perf, stats
+
+SETTINGS = SimpleNamespace(rounds=8, batch=8, max_rounds=16, looks=lambda: 2, tolerance_override=None)
+
+
+class ScriptedRunner:
+    """The part of perf.Runner that evaluate/confirm use; round() takes the next scripted level."""
+
+    def __init__(self, levels: list[float], seed: int = 0):
+        self.combo = SimpleNamespace(id="pair:bf16+w8af32:cpu:greedy:k6", decoding="sampled")
+        self.settings = SETTINGS
+        self.samples = perf.Samples()
+        self.levels, self.rng = list(levels), random.Random(seed)
+
+    def round(self) -> None:
+        level = self.levels.pop(0)
+        noise = lambda: self.rng.lognormvariate(0, 0.03)  # noqa: E731
+        plain, assisted = 10 * level * noise(), 20 * level * noise()
+        self.samples.plain_tokens_per_sec.append(plain)
+        self.samples.assisted_tokens_per_sec.append(assisted)
+        self.samples.speedup.append(assisted / plain)
+        self.samples.counters.append({})
+
+    def exact_counters(self):
+        return None
+
+    def counters_stable(self) -> bool:
+        return True
+
+
+def baseline() -> dict:
+    rng = random.Random(42)
+    doc = {"exact": None, "tolerance": {m: 0.1 for m in perf.METRICS}}
+    plain = [10 * rng.lognormvariate(0, 0.03) for _ in range(16)]
+    assisted = [20 * rng.lognormvariate(0, 0.03) for _ in range(16)]
+    for name, values in (("plain_tokens_per_sec", plain), ("assisted_tokens_per_sec", assisted),
+                         ("speedup", [a / p for a, p in zip(assisted, plain)])):
+        doc[name] = {"samples": values, "drift_sd": 0.0}
+    return doc
+
+
+def first_then_confirm(levels: list[float]) -> tuple[perf.Verdict, perf.Verdict]:
+    runner = ScriptedRunner(levels)
+    for _ in range(SETTINGS.rounds):
+        runner.round()
+    first = perf.evaluate(runner, baseline())
+    return first, perf.confirm(runner, baseline(), first)
+
+
+def test_a_burst_of_contention_is_undecided_not_failed():
+    first, final = first_then_confirm([0.25] * 16 + [1.0] * 16)
+    assert first.failed and first.decisions["plain_tokens_per_sec"].verdict == stats.FAIL
+    assert not final.failed
+    assert final.decisions["plain_tokens_per_sec"].verdict == stats.UNDECIDED
+    assert any("failed in a first measurement (-75" in n and "not in its confirmation" in n for n in final.notes)
+    assert final.rounds > first.rounds  # both measurements counted
+
+
+def test_a_real_regression_fails_twice_and_says_it_was_confirmed():
+    first, final = first_then_confirm([0.6] * 32)
+    assert first.failed and final.failed
+    assert final.decisions["plain_tokens_per_sec"].verdict == stats.FAIL
+    assert any("confirmed by a second, independent measurement" in n for n in final.notes)
+
+
+def test_a_pass_is_not_measured_again():
+    first, final = first_then_confirm([1.0] * 16)
+    assert not first.failed and final is first
