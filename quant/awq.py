@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from quant.calibration import TokenWindows, collect_input_stats
 from quant.layers import Int4WeightOnlyLinear, QuantSettingsError, check_int4_shape, int4_fake_quant
+from quant.rtn import check_head, quantize_head
 from quant.walk import linear_layers, replace
 
 log = logging.getLogger(__name__)
@@ -50,10 +51,12 @@ def search_scale(weight: torch.Tensor, x: torch.Tensor, abs_mean: torch.Tensor, 
 
 @torch.no_grad()
 def quantize(model: torch.nn.Module, *, calibration: TokenWindows | None = None, group_size: int = 128,
-             grid: int = 20, rows: int = 256, skip: tuple[str, ...] = ("lm_head",), progress: bool = True) -> tuple[torch.nn.Module, int, dict[str, Any]]:
+             grid: int = 20, rows: int = 256, skip: tuple[str, ...] = ("lm_head",), lm_head: str = "int8",
+             progress: bool = True) -> tuple[torch.nn.Module, int, dict[str, Any]]:
     if calibration is None:
         raise QuantSettingsError("w4abf16 (AWQ) needs calibration text: pass calibration="
                                  "quant.calibration.token_windows(tokenizer) (models.load does)")
+    check_head(lm_head)
     if not 1 <= grid <= 100:
         raise QuantSettingsError(f"grid={grid}: give 1-100 alpha steps (AWQ uses 20)")
     layers = linear_layers(model, tuple(skip))
@@ -68,7 +71,7 @@ def quantize(model: torch.nn.Module, *, calibration: TokenWindows | None = None,
         gains.append(loss / rtn if rtn > 0 else 1.0)
         replace(model, name, Int4WeightOnlyLinear(lin.weight, lin.bias, group_size=group_size,
                                                   input_scale=scale.to(lin.weight.dtype), name=name))
-    details = {"mean_alpha": sum(alphas) / len(alphas),
+    details = {"lm_head": quantize_head(model, lm_head), "mean_alpha": sum(alphas) / len(alphas),
                "mean_loss_vs_rtn": sum(gains) / len(gains)}
     log.info("AWQ: %d layers, mean alpha %.2f, calibration loss %.2fx of round-to-nearest",
              len(layers), details["mean_alpha"], details["mean_loss_vs_rtn"])

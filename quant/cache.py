@@ -25,7 +25,8 @@ def model_fingerprint(model_dir: Path) -> dict[str, Any]:
 
 
 def key(model_dir: Path, name: str, settings: dict[str, Any]) -> str:
-    described = {k: (v.describe() if hasattr(v, "describe") else v) for k, v in sorted(settings.items())}
+    full = {**quant.settings_of(name), **settings}  # defaults too: a changed default is another checkpoint
+    described = {k: (v.describe() if hasattr(v, "describe") else v) for k, v in sorted(full.items())}
     blob = json.dumps({"model": model_fingerprint(model_dir), "method": name, "settings": described,
                        "format": quant.SAVE_FORMAT, "torch": torch.__version__}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -103,7 +103,9 @@ def test_quantized_model_saves_loads_and_gives_the_same_tokens(method, tmp_path)
     float_model = tiny_model("qwen2", seed=0, hidden=128).to(dtype)
     settings = {"calibration": windows()} if quant.method(method).calibrated else {}
     model, record = quant.quantize(copy.deepcopy(float_model), method, progress=False, **settings)
-    assert record.layers == 2 * 7 + (0 if method.startswith("w4") else 1)  # lm_head kept for int4
+    assert record.layers == 2 * 7 + (0 if method.startswith("w4") else 1)  # lm_head: int8, not int4
+    if method.startswith("w4"):
+        assert type(model.lm_head) is layers.Int8WeightOnlyLinear and record.settings["lm_head"] == "int8 weight-only"
     assert type(model.model.layers[0].mlp.down_proj).__name__.endswith("Linear")
     assert type(model.model.layers[0].mlp.down_proj) is not torch.nn.Linear
     tokens = greedy(model)
@@ -131,6 +133,7 @@ def test_a_truncated_checkpoint_is_a_clear_error(tmp_path):
     ("w8a8", {}, "w8a8 \\(SmoothQuant\\) needs calibration text"),
     ("w8abf16", {"group_size": 128}, "w8abf16 has no setting 'group_size'; its settings: skip"),
     ("w4abf16", {"grid": 0, "calibration": "x"}, "grid=0: give 1-100 alpha steps"),
+    ("w4abf16-rtn", {"lm_head": "int4"}, "lm_head='int4': choose int8 or bf16"),
     ("w4af16", {}, "unknown quantization method 'w4af16'. Did you mean 'w4abf16'\\?"),
 ])
 def test_bad_settings_are_clear_errors_and_change_nothing(method, settings, message):
@@ -178,6 +181,8 @@ def test_the_cache_quantizes_once_per_model_method_and_settings(tmp_path):
     again, rec2 = cached_quantize(fresh(), "w4abf16-rtn", model_dir, cache, progress=False)
     assert rec2.cached and rec2.seconds == rec1.seconds  # the record says how long quantizing took
     assert greedy(again) == greedy(first)
+    cached_quantize(fresh(), "w4abf16-rtn", model_dir, cache, progress=False, group_size=128)
+    assert len(list(cache.iterdir())) == 1  # a default given explicitly is the same checkpoint
     cached_quantize(fresh(), "w4abf16-rtn", model_dir, cache, progress=False, group_size=64)
     assert len(list(cache.iterdir())) == 2  # other settings, another checkpoint
     # a damaged checkpoint is quantized again, not trusted
