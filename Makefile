@@ -29,7 +29,7 @@ fetch: setup
 bench: fetch
 	$(PY) -m harness bench --pair $(PAIR) --compare --json results/bench.json --markdown results/bench.md $(BENCH_ARGS)
 
-# A real model that loads in seconds: SmolLM2-135M with itself in w8af32 as the draft.
+# A real model that loads in seconds: SmolLM2-135M with itself in int8 (w8af32-tensor) as the draft.
 bench-smoke: setup
 	$(PY) -m harness models fetch --pair $(SMOKE_PAIR)
 	$(PY) -m harness bench --pair $(SMOKE_PAIR) --compare $(BENCH_ARGS)

@@ -1,7 +1,7 @@
 """The perf gate's measurement and verdicts, independent of pytest (harness/plugin.py wires it in).
 
 A combination is pair x precisions x platform x decoding x K, with an id that reads well:
-    qwen-coder-1.5b+0.5b:bf16+w8af32:cpu:greedy:k6
+    qwen-coder-1.5b+0.5b:bf16+w8af32-tensor:cpu:greedy:k6
 A round runs every perf prompt once plain and once assisted, alternating which goes first
 (ABBA over rounds), and yields one sample of plain tokens/s, assisted tokens/s and speedup
 (their ratio inside the round, so machine drift cancels out of it).

@@ -14,7 +14,7 @@ from accuracy_common import matrix, save
 
 pytestmark = [pytest.mark.accuracy, pytest.mark.real]
 
-PAIR, TP, DP = "qwen-coder-1.5b+0.5b", "bf16", "w8af32"
+PAIR, TP, DP = "qwen-coder-1.5b+0.5b", "bf16", "w8af32-tensor"
 
 
 def run(tmp_path, selection: str) -> None:

@@ -62,7 +62,7 @@ def test_default_precisions_smoke(cache, tmp_path):
             "--json", str(out), cache=cache)
     assert r.returncode == 0, r.stderr
     doc = read_json(out)
-    assert doc["draft"]["precision"] == "w8af32" and doc["draft"]["quantization"]["layers"] > 0
+    assert doc["draft"]["precision"] == "w8af32-tensor" and doc["draft"]["quantization"]["layers"] > 0
     assert "speedup" in r.stdout and "Speedup" in r.stdout
 
 

