@@ -42,7 +42,7 @@ def _broken(tmp_path, old: str, new: str):
 
 
 def test_schema_errors_name_the_key(tmp_path):
-    path = _broken(tmp_path, 'draft_precision = "w8af32"', 'draft_precision = "int3"')
+    path = _broken(tmp_path, 'draft_precision = "w8af32-tensor"', 'draft_precision = "int3"')
     with pytest.raises(RegistryError, match=r"matrix.toml: pairs.qwen-coder-1.5b\+0.5b.draft_precision: 'int3' is not one of"):
         load_matrix(path)
     path = _broken(tmp_path, 'sha256 = "cc324af', 'sha256 = "XX324af')
