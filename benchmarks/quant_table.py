@@ -17,6 +17,7 @@ assisted tokens equal the plain ones on every prompt.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import logging
@@ -40,10 +41,13 @@ def encoded_prompts(matrix, pair, tokenizer, n):
             for p in prompts.load_prompts(ps, tokenizer, limit=n)]
 
 
+def warm(settings):
+    return dataclasses.replace(settings, max_new_tokens=8, min_new_tokens=8)
+
+
 def decode_rate(model, inputs, settings):
-    generate.measure_generation(model, inputs[0], settings.__class__(max_new_tokens=8, min_new_tokens=8))  # warm
-    runs = [generate.measure_generation(model, x, settings) for x in inputs]
-    return statistics.median(r.tokens_per_sec for r in runs), runs
+    generate.measure_generation(model, inputs[0], warm(settings))
+    return statistics.median(generate.measure_generation(model, x, settings).tokens_per_sec for x in inputs)
 
 
 def precision_rows(matrix, pair, role, precisions, inputs_for, settings, windows_for):
@@ -57,7 +61,7 @@ def precision_rows(matrix, pair, role, precisions, inputs_for, settings, windows
             rows.append({"role": role, "model": spec.name, "precision": prec, "error": str(exc)})
             continue
         inputs = inputs_for(loaded.tokenizer)
-        rate, _ = decode_rate(loaded.model, inputs, settings)
+        rate = decode_rate(loaded.model, inputs, settings)
         ppl = perplexity(loaded.model, windows_for(loaded.tokenizer))
         rec = loaded.quant_record or {}
         rows.append({"role": role, "model": spec.name, "precision": prec, "decode_tokens_per_sec": rate,
@@ -86,8 +90,7 @@ def assisted_rows(matrix, pair, combinations, n_prompts, settings, plain_bf16):
             print(f"[assisted] target {tprec} + draft {dprec}", file=sys.stderr, flush=True)
             draft = models.load(matrix.model(pair.draft), dprec)
             kw = {"mode": generate.ASSISTED, "assistant": draft.model}
-            generate.measure_generation(target.model, inputs[0], settings.__class__(max_new_tokens=8,
-                                        min_new_tokens=8, num_assistant_tokens=settings.num_assistant_tokens), **kw)
+            generate.measure_generation(target.model, inputs[0], warm(settings), **kw)
             plain, assisted = [], []
             for x in inputs:  # interleaved: one plain, one assisted per prompt
                 plain.append(generate.measure_generation(target.model, x, settings))

@@ -8,12 +8,10 @@ from typing import Any
 import torch
 
 from quant.layers import Int8WeightOnlyLinear
-from quant.walk import linear_layers, replace
+from quant.walk import convert_all
 
 
 def quantize(model: torch.nn.Module, *, skip: tuple[str, ...] = (), progress: bool = True) -> tuple[torch.nn.Module, int, dict[str, Any]]:
-    layers = linear_layers(model, tuple(skip))
-    for name, lin in layers:
-        replace(model, name, Int8WeightOnlyLinear(lin.weight, lin.bias))
-    return model, len(layers), {"skip": list(skip), "weights": "int8 per output channel",
-                                "activations": "bf16"}
+    converted = convert_all(model, skip, lambda lin: Int8WeightOnlyLinear(lin.weight, lin.bias))
+    return model, converted, {"skip": list(skip), "weights": "int8 per output channel",
+                             "activations": "bf16"}

@@ -16,12 +16,10 @@ from typing import Any
 import torch
 
 from quant.layers import Int8DynamicLinear
-from quant.walk import linear_layers, replace
+from quant.walk import convert_all
 
 
 def quantize(model: torch.nn.Module, *, skip: tuple[str, ...] = (), progress: bool = True) -> tuple[torch.nn.Module, int, dict[str, Any]]:
-    layers = linear_layers(model, tuple(skip))
-    for name, lin in layers:
-        replace(model, name, Int8DynamicLinear(lin.weight, lin.bias))
-    return model, len(layers), {"skip": list(skip), "weights": "int8 per output channel",
-                                "activations": "dynamic int8, per token"}
+    converted = convert_all(model, skip, lambda lin: Int8DynamicLinear(lin.weight, lin.bias))
+    return model, converted, {"skip": list(skip), "weights": "int8 per output channel",
+                             "activations": "dynamic int8, per token"}

@@ -13,6 +13,14 @@ def linear_layers(model: nn.Module, skip: tuple[str, ...] = ()) -> list[tuple[st
             if type(m) is nn.Linear and not any(fnmatch.fnmatch(name, pat) for pat in skip)]
 
 
+def convert_all(model: nn.Module, skip: tuple[str, ...], make) -> int:
+    """Swap `make(linear)` in for every linear layer not skipped; the number converted."""
+    layers = linear_layers(model, tuple(skip))
+    for name, lin in layers:
+        replace(model, name, make(lin))
+    return len(layers)
+
+
 def replace(model: nn.Module, name: str, new: nn.Module) -> None:
     parent_name, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
