@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--task-ids", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
                    help="comma-separated task ids, e.g. HumanEval/0,HumanEval/20")
     g.add_argument("--out", type=Path, required=True, metavar="SAMPLES.jsonl")
-    g.add_argument("--no-resume", action="store_true", help="ignore OUT.partial of an interrupted run")
+    g.add_argument("--no-resume", action="store_true", help="start again: ignore the tasks already in OUT and OUT.partial")
     g.add_argument("--platform", default="cpu", help="registry platform (cpu, cuda)")
     g.add_argument("--no-progress", action="store_true")
     e = hsub.add_parser("evaluate", help="run each completion's tests in the sandbox; pass@1")

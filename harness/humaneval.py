@@ -115,7 +115,8 @@ def _partial_path(out: Path) -> Path:
 
 
 def _read_partial(partial: Path, config: GenerateConfig) -> dict[str, dict[str, Any]]:
-    """Rows of an interrupted run with the same settings; a torn last line is dropped."""
+    """Rows of an interrupted run (OUT.partial) or of a finished one (OUT) with the same settings; a
+    torn last line is dropped."""
     done: dict[str, dict[str, Any]] = {}
     lines = partial.read_text(encoding="utf-8").splitlines()
     for n, line in enumerate(lines, 1):
@@ -130,7 +131,8 @@ def _read_partial(partial: Path, config: GenerateConfig) -> dict[str, dict[str, 
             raise
         if row.get("generation") != config.key():
             raise SamplesError(f"{partial}:{n}: written with other settings ({row.get('generation')}); delete "
-                               f"{partial} to start again, or rerun with the settings it was written with")
+                               f"{partial} or pass --no-resume to start again, or rerun with the settings it was "
+                               "written with")
         done[row["task_id"]] = row
     return done
 
@@ -142,15 +144,23 @@ def generate(matrix: Matrix, config: GenerateConfig, out: Path, *, task_ids: Seq
 
     out = Path(out)
     partial = _partial_path(out)
-    done = _read_partial(partial, config) if resume and partial.is_file() else {}
+    # a finished OUT counts too: a larger --limit or more --task-ids extend it instead of starting again
+    done = _read_partial(out, config) if resume and out.is_file() else {}
+    done.update(_read_partial(partial, config) if resume and partial.is_file() else {})
     if not resume:
         partial.unlink(missing_ok=True)
+    selected = set(task_ids)
+    outside = [t for t in done if t not in selected]
+    if outside:  # writing OUT for this selection would drop them
+        raise SamplesError(f"{out} (or its .partial) already holds {len(outside)} tasks outside this selection "
+                           f"(e.g. {outside[0]}); select them too (a larger --limit), choose another --out, or pass "
+                           "--no-resume to replace it")
     all_problems = problems()
     todo = [t for t in task_ids if t not in done]
     pair = matrix.pair(config.pair)
     resumed = len(task_ids) - len(todo)
     if resumed:
-        log.info("resuming %s: %d of %d tasks already generated", partial, resumed, len(task_ids))
+        log.info("resuming %s: %d of %d tasks already generated", out, resumed, len(task_ids))
 
     if todo:
         target = models.load(matrix.model(pair.target), config.target_precision, device)

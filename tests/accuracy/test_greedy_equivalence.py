@@ -21,6 +21,7 @@ COMBINATIONS = [
     ("smollm2-135m+self", "w8af32", "w8af32", 64, []),
     ("smollm2-135m+lookup", "fp32", None, 64, []),
     ("smollm2-135m+lookup", "bf16", None, 64, []),
+    ("qwen-coder-1.5b+0.5b", "bf16", "w8af32-tensor", 48, [pytest.mark.slow]),  # the pair's default draft
     ("qwen-coder-1.5b+0.5b", "bf16", "w8af32", 48, [pytest.mark.slow]),
     ("qwen-coder-1.5b+0.5b", "bf16", "bf16", 48, [pytest.mark.slow]),
     ("qwen-coder-1.5b+0.5b", "w4abf16", "bf16", 48, [pytest.mark.slow]),

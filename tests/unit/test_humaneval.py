@@ -90,3 +90,24 @@ def test_generate_writes_atomically_and_resumes(tmp_path):
     other = humaneval.build_generate_config(matrix, "tiny+draft", assisted=False, max_new_tokens=6)
     with pytest.raises(humaneval.SamplesError, match="other settings"):
         humaneval.generate(matrix, other, out, task_ids=tasks, progress=False)
+
+
+def test_generate_extends_a_finished_run_and_never_shrinks_it(tmp_path):
+    matrix = registry.load_matrix(write_local_matrix(tmp_path))
+    config = humaneval.build_generate_config(matrix, "tiny+draft", assisted=False, max_new_tokens=6)
+    out = tmp_path / "samples.jsonl"
+    tasks = ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    first = humaneval.generate(matrix, config, out, task_ids=tasks[:2], progress=False)
+    assert first.resumed == 0 and first.tasks == 2
+    # a larger selection (make humaneval-full's growing --limit) keeps the finished rows
+    s = humaneval.generate(matrix, config, out, task_ids=tasks, progress=False)
+    assert s.resumed == 2 and s.tasks == 3 and s.rows[:2] == first.rows
+    assert [json.loads(l)["task_id"] for l in out.read_text().splitlines()] == tasks
+    # a smaller one would drop rows from OUT: refused, the file unchanged
+    before = out.read_bytes()
+    with pytest.raises(humaneval.SamplesError, match="outside this selection"):
+        humaneval.generate(matrix, config, out, task_ids=tasks[:1], progress=False)
+    assert out.read_bytes() == before
+    # --no-resume replaces it
+    s = humaneval.generate(matrix, config, out, task_ids=tasks[:1], resume=False, progress=False)
+    assert s.resumed == 0 and len(out.read_text().splitlines()) == 1
