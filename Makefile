@@ -65,10 +65,13 @@ quant-table: fetch
 unit: setup
 	$(PY) -m pytest tests/unit -q
 
-# The test suite CI runs: unit tests (tiny random models), the real-model smoke tests, and the perf
-# gate on the fast combinations (a machine kind without committed baselines skips them, saying so).
+# The test suite CI runs: unit tests (tiny random models), the real-model smoke tests, the accuracy
+# suite's CI part (greedy equivalence on SmolLM2, HumanEval pass@1 of the default pair on a fixed
+# subset, in the sandbox), and the perf gate on the fast combinations (a machine kind without
+# committed baselines skips them, saying so).
 test: setup
 	$(PY) -m pytest tests/unit tests/integration
+	$(MAKE) accuracy
 	$(MAKE) perf PERF_ARGS="--perf-missing-baseline skip $(PERF_ARGS)"
 
 # Accuracy (tests/accuracy): greedy equivalence with near-tie triage, lossless sampling, HumanEval
