@@ -98,6 +98,8 @@ humaneval-full: fetch
 	done
 	$(PY) -m harness humaneval evaluate $(HE_OUT)/plain.jsonl --allow-code-execution
 	$(PY) -m harness humaneval evaluate $(HE_OUT)/assisted.jsonl --allow-code-execution
+	$(PY) -m harness humaneval compare $(HE_OUT)/plain.jsonl $(HE_OUT)/assisted.jsonl --triage \
+	    --json $(HE_OUT)/compare.json
 
 # bubblewrap gives the sandbox a read-only filesystem (optional: the sandbox falls back to unshare,
 # then to rlimits + its audit policy, and says so).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -119,6 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-resume", action="store_true", help="start again: ignore the tasks already in OUT and OUT.partial")
     g.add_argument("--platform", default="cpu", help="registry platform (cpu, cuda)")
     g.add_argument("--no-progress", action="store_true")
+    c = hsub.add_parser("compare", help="pair a plain and an assisted run task by task: equal completions, "
+                                        "time, pass@1, and (--triage) why they diverge")
+    c.add_argument("plain", type=Path, metavar="PLAIN.jsonl")
+    c.add_argument("assisted", type=Path, metavar="ASSISTED.jsonl")
+    c.add_argument("--triage", action="store_true",
+                   help="load the target and triage every divergence (exact / near-tie / failed, harness/equivalence.py)")
+    c.add_argument("--json", type=Path, metavar="OUT.json", help="also write the comparison as JSON")
+    c.add_argument("--no-progress", action="store_true")
     e = hsub.add_parser("evaluate", help="run each completion's tests in the sandbox; pass@1")
     e.add_argument("samples", type=Path, metavar="SAMPLES.jsonl")
     _sandbox_options(e)
@@ -241,6 +250,9 @@ def cmd_humaneval(matrix: registry.Matrix, args: argparse.Namespace) -> int:
               "median decode rate")
         return 0
 
+    if args.humaneval_command == "compare":
+        return humaneval_compare(matrix, args)
+
     from tqdm.auto import tqdm
 
     sandbox.require_code_execution(args.allow_code_execution)
@@ -262,6 +274,67 @@ def cmd_humaneval(matrix: registry.Matrix, args: argparse.Namespace) -> int:
         print(f"pass@{k}: {v:.4f}")
     print(f"results: {s.results}")
     return 0
+
+
+def humaneval_compare(matrix: registry.Matrix, args: argparse.Namespace) -> int:
+    """Exit 1 when a divergence is not a near-tie, or equal completions got different verdicts."""
+    from dataclasses import asdict
+
+    from tqdm.auto import tqdm
+
+    from harness import humaneval, jsonio
+
+    target = None
+    if args.triage:
+        key = humaneval._generated_rows(args.plain)[0]["generation"]
+        pair = matrix.pair(key["pair"])
+        target = models.load(matrix.model(pair.target), key["target_precision"])
+    bar = tqdm(desc="compare", unit="task", disable=args.no_progress or not args.triage, file=sys.stderr)
+
+    def progress(done: int, total: int, task_id: str) -> None:
+        bar.total = total
+        bar.set_postfix_str(task_id)
+        bar.update()
+
+    c = humaneval.compare(args.plain, args.assisted, triage_with=target, progress=progress)
+    bar.close()
+    n = len(c.tasks)
+    print(f"{c.plain} vs {c.assisted}: {n} tasks, {c.config['pair']} target {c.config['target_precision']}")
+    if c.unpaired:
+        print(f"compared on the {n} tasks both files hold; {len(c.unpaired)} are in only one (e.g. {c.unpaired[0]})")
+    print(f"completions equal: {c.equal}/{n}; differ: {', '.join(t.task_id for t in c.tasks if not t.completions_equal) or 'none'}")
+    print(f"plain:    {c.plain_tokens} new tokens in {c.plain_seconds:.1f} s ({c.plain_tokens / c.plain_seconds:.2f} tokens/s)")
+    print(f"assisted: {c.assisted_tokens} new tokens in {c.assisted_seconds:.1f} s "
+          f"({c.assisted_tokens / c.assisted_seconds:.2f} tokens/s); the same tasks "
+          f"{c.plain_seconds / c.assisted_seconds:.2f}x faster")
+    if c.evaluated:
+        print(f"pass@1: plain {c.pass_at_1('plain'):.4f}, assisted {c.pass_at_1('assisted'):.4f}")
+        for t in c.tasks:
+            if t.plain_passed != t.assisted_passed:
+                print(f"  {t.task_id}: plain {'passed' if t.plain_passed else 'failed'}, assisted "
+                      f"{'passed' if t.assisted_passed else 'failed'} (completions "
+                      f"{'EQUAL: the sandbox is not deterministic' if t.completions_equal else 'differ'})")
+    else:
+        print("pass@1: evaluate both files first (python -m harness humaneval evaluate ...)")
+    counts = c.triage_counts()
+    if counts:
+        from harness.equivalence import EPSILON
+
+        print(f"triage (epsilon {EPSILON.get(c.config['target_precision'])}): {counts['exact']} exact, "
+              f"{counts['near-tie']} near-tie, {counts['failed']} failed")
+        for t in c.tasks:
+            if t.detail and t.triage != "exact":
+                print("  " + t.detail)
+    if args.json:
+        doc = {"plain": str(c.plain), "assisted": str(c.assisted), "config": c.config, "equal": c.equal,
+               "plain_seconds": c.plain_seconds, "assisted_seconds": c.assisted_seconds,
+               "plain_tokens": c.plain_tokens, "assisted_tokens": c.assisted_tokens,
+               "plain_pass_at_1": c.pass_at_1("plain"), "assisted_pass_at_1": c.pass_at_1("assisted"),
+               "triage": counts, "unpaired": c.unpaired, "tasks": [asdict(t) for t in c.tasks]}
+        jsonio.atomic_write_text(args.json, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        print(f"written: {args.json}")
+    bad = (counts or {}).get("failed", 0) or c.verdict_mismatches_on_equal
+    return 1 if bad else 0
 
 
 def cmd_sandbox(args: argparse.Namespace) -> int:

@@ -302,3 +302,119 @@ def evaluate(samples_path: Path, *, workers: int | None = None, limits: sandbox.
                        passed=statuses.count(sandbox.PASSED), failed=statuses.count(sandbox.FAILED),
                        timed_out=statuses.count(sandbox.TIMED_OUT), pass_at=pass_at, backend=backend,
                        duration_s=time.perf_counter() - start, rows=rows)
+
+
+# --------------------------------------------------------------------------------------------
+# compare: a plain and an assisted run of the same tasks, paired
+# --------------------------------------------------------------------------------------------
+@dataclass
+class TaskComparison:
+    task_id: str
+    completions_equal: bool
+    triage: str | None = None              # exact | near-tie | failed (equivalence.triage), with --triage
+    detail: str | None = None              # equivalence.Triage.describe() where they diverge
+    plain_passed: bool | None = None       # from the _results.jsonl files, when both exist
+    assisted_passed: bool | None = None
+
+
+@dataclass
+class Comparison:
+    plain: Path
+    assisted: Path
+    config: dict[str, Any]                 # the plain run's generation settings
+    tasks: list[TaskComparison]
+    plain_seconds: float
+    assisted_seconds: float
+    plain_tokens: int
+    assisted_tokens: int
+    evaluated: bool
+    unpaired: list[str] = field(default_factory=list)  # tasks in only one of the files
+
+    @property
+    def equal(self) -> int:
+        return sum(t.completions_equal for t in self.tasks)
+
+    def pass_at_1(self, which: str) -> float | None:
+        if not self.evaluated:
+            return None
+        return sum(bool(getattr(t, f"{which}_passed")) for t in self.tasks) / len(self.tasks)
+
+    @property
+    def verdict_mismatches_on_equal(self) -> list[str]:
+        """Tasks with equal completions but different verdicts: the sandbox is not deterministic."""
+        return [t.task_id for t in self.tasks if self.evaluated and t.completions_equal
+                and t.plain_passed != t.assisted_passed]
+
+    def triage_counts(self) -> dict[str, int] | None:
+        if any(t.triage is None for t in self.tasks):
+            return None
+        return {s: sum(t.triage == s for t in self.tasks) for s in ("exact", "near-tie", "failed")}
+
+
+def _generated_rows(path: Path) -> list[dict[str, Any]]:
+    rows = read_samples(path, problems())
+    for n, row in enumerate(rows, 1):
+        if not isinstance(row.get("tokens"), list) or not isinstance(row.get("generation"), dict):
+            raise SamplesError(f"{path}: sample {n} ({row['task_id']}) has no 'tokens'/'generation': compare needs "
+                               "files written by `python -m harness humaneval generate`")
+    return rows
+
+
+def compare(plain_path: Path, assisted_path: Path, *, triage_with: Any = None,
+            progress: Callable[[int, int, str], None] | None = None) -> Comparison:
+    """Pair a plain and an assisted run task by task. Completions are compared as written (the
+    text up to the first stop sequence). With `triage_with` (the target as a LoadedModel), every
+    task whose tokens diverge before plain's end is triaged by harness.equivalence at the
+    target precision's epsilon; assisted tokens past plain's end (it stops after a verification
+    step) do not count. Verdicts come from both `_results.jsonl` files when both exist."""
+    from harness import equivalence as eq
+
+    plain_rows, assisted_rows = _generated_rows(Path(plain_path)), _generated_rows(Path(assisted_path))
+    pk, ak = plain_rows[0]["generation"], assisted_rows[0]["generation"]
+    if pk.get("mode") != PLAIN or ak.get("mode") != ASSISTED:
+        raise SamplesError(f"compare takes a plain run, then an assisted one: {plain_path} is {pk.get('mode')!r}, "
+                           f"{assisted_path} is {ak.get('mode')!r}")
+    same = ("pair", "target_precision", "max_new_tokens", "stop_sequences")
+    if any(pk.get(k) != ak.get(k) for k in same):
+        raise SamplesError(f"{plain_path} and {assisted_path} differ in {[k for k in same if pk.get(k) != ak.get(k)]}:"
+                           " not the same target and settings")
+    by_task = {r["task_id"]: r for r in assisted_rows}
+    # a run still growing (make humaneval-full) is compared on the tasks both files hold
+    unpaired = ([r["task_id"] for r in plain_rows if r["task_id"] not in by_task]
+                + [t for t in by_task if t not in {r["task_id"] for r in plain_rows}])
+    plain_rows = [r for r in plain_rows if r["task_id"] in by_task]
+    if not plain_rows:
+        raise SamplesError(f"{plain_path} and {assisted_path} have no task in common")
+    verdicts = {}
+    for path in (Path(plain_path), Path(assisted_path)):
+        res = results_path(path)
+        if res.is_file():
+            verdicts[path] = {r["task_id"]: r["passed"] for r in
+                              (jsonio.loads_strict(l, str(res), SamplesError) for l in res.read_text().splitlines() if l)}
+    evaluated = len(verdicts) == 2
+    epsilon = eq.EPSILON.get(pk["target_precision"])
+    all_problems = problems()
+    tasks = []
+    for i, p in enumerate(plain_rows, 1):
+        a = by_task[p["task_id"]]
+        t = TaskComparison(p["task_id"], p["completion"] == a["completion"])
+        if evaluated:
+            t.plain_passed = verdicts[Path(plain_path)].get(p["task_id"])
+            t.assisted_passed = verdicts[Path(assisted_path)].get(p["task_id"])
+        if triage_with is not None:
+            pt, at = p["tokens"], a["tokens"][:len(p["tokens"])]
+            if pt == at:
+                t.triage = eq.EXACT
+            else:
+                ids = triage_with.tokenizer(all_problems[p["task_id"]]["prompt"], return_tensors="pt")["input_ids"]
+                r = eq.triage(triage_with.model, p["task_id"], ids, pt, at, epsilon, tokenizer=triage_with.tokenizer)
+                t.triage, t.detail = r.status, r.describe()
+        tasks.append(t)
+        if progress:
+            progress(i, len(plain_rows), p["task_id"])
+    return Comparison(plain=Path(plain_path), assisted=Path(assisted_path), config=pk, tasks=tasks,
+                      plain_seconds=sum(r["total_s"] for r in plain_rows),
+                      assisted_seconds=sum(by_task[r["task_id"]]["total_s"] for r in plain_rows),
+                      plain_tokens=sum(r["new_tokens"] for r in plain_rows),
+                      assisted_tokens=sum(by_task[r["task_id"]]["new_tokens"] for r in plain_rows), evaluated=evaluated,
+                      unpaired=unpaired)

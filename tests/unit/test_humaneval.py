@@ -111,3 +111,50 @@ def test_generate_extends_a_finished_run_and_never_shrinks_it(tmp_path):
     # --no-resume replaces it
     s = humaneval.generate(matrix, config, out, task_ids=tasks[:1], resume=False, progress=False)
     assert s.resumed == 0 and len(out.read_text().splitlines()) == 1
+
+
+def test_compare_pairs_runs_triages_divergences_and_flags_a_wrong_token(tmp_path, capsys, monkeypatch):
+    from harness import models
+
+    # prompts in the tiny word tokenizer's vocabulary (HumanEval's text would all be <pad>: zero logits)
+    real = humaneval.problems()
+    words = {tid: {**real[tid], "prompt": " ".join(f"w{(7 * i + 3 * j) % 90 + 3}" for j in range(12))}
+             for i, tid in enumerate(real)}
+    monkeypatch.setattr(humaneval, "problems", lambda: words)
+    matrix = registry.load_matrix(write_local_matrix(tmp_path))
+    tasks = ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    runs = {}
+    for assisted in (False, True):
+        config = humaneval.build_generate_config(matrix, "tiny+draft", assisted=assisted, max_new_tokens=6)
+        runs[assisted] = humaneval.generate(matrix, config, tmp_path / f"{assisted}.jsonl", task_ids=tasks,
+                                            progress=False).out
+    pair = matrix.pair("tiny+draft")
+    target = models.load(matrix.model(pair.target), "fp32")
+    c = humaneval.compare(runs[False], runs[True], triage_with=target)
+    assert [t.task_id for t in c.tasks] == tasks and c.triage_counts() == {"exact": 3, "near-tie": 0, "failed": 0}
+    with pytest.raises(humaneval.SamplesError, match="a plain run, then an assisted one"):
+        humaneval.compare(runs[True], runs[False])
+
+    # planted: the assisted run took a token the target would not pick at new token 2 of task 1
+    rows = [json.loads(l) for l in runs[True].read_text().splitlines()]
+    from harness.equivalence import next_token_logits
+
+    ids = target.tokenizer(humaneval.problems()["HumanEval/1"]["prompt"], return_tensors="pt")["input_ids"]
+    rows[1]["tokens"][2] = int(next_token_logits(target.model, ids, rows[1]["tokens"][:2]).argmin())
+    rows[1]["completion"] += "x"
+    write(runs[True], rows)
+    c = humaneval.compare(runs[False], runs[True], triage_with=target)
+    assert c.triage_counts() == {"exact": 2, "near-tie": 0, "failed": 1}
+    assert c.tasks[1].triage == "failed" and "at new token 2" in c.tasks[1].detail and c.equal == 2
+
+    # equal completions with different verdicts: the CLI fails (the sandbox would not be deterministic)
+    for path, verdicts in ((runs[False], [True, False, True]), (runs[True], [False, False, True])):
+        rs = [json.loads(l) for l in path.read_text().splitlines()]
+        write(humaneval.results_path(path), [{**r, "passed": v, "result": "passed" if v else "failed: x"}
+                                             for r, v in zip(rs, verdicts)])
+    c = humaneval.compare(runs[False], runs[True])
+    assert c.verdict_mismatches_on_equal == ["HumanEval/0"]
+    assert c.pass_at_1("plain") == pytest.approx(2 / 3) and c.pass_at_1("assisted") == pytest.approx(1 / 3)
+    assert main(["--matrix", str(write_local_matrix(tmp_path)), "humaneval", "compare", str(runs[False]),
+                 str(runs[True]), "--no-progress"]) == 1
+    assert "EQUAL: the sandbox is not deterministic" in capsys.readouterr().out
