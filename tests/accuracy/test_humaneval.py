@@ -1,6 +1,8 @@
 """HumanEval pass@1 of the default pair, plain and assisted (greedy), in the sandbox, against
 baselines/accuracy.json. Where assisted and plain tokens are equal the verdicts must be equal;
-pass@1 must stay within the baseline's tolerance. CI runs a fixed subset; the full 164 are `slow`.
+plain and assisted pass@1 must each stay within the baseline's tolerance of their baseline, and
+assisted within it of plain (bf16 near-ties change some completions). CI runs a fixed subset; the
+full 164 are `slow` (`make accuracy-all`, about 1.7 h here).
 
 Code runs in the sandbox (harness/sandbox.py); the test allows code execution for its own
 evaluation only (allow=True), as `--allow-code-execution` does for the CLI."""
@@ -55,6 +57,8 @@ def run(tmp_path, selection: str) -> None:
                                     "rows": [{k: r[k] for k in ("task_id", "passed", "result")} for r in pe.rows + ae.rows]})
     assert abs(pe.pass_at[1] - base["plain_pass_at_1"]) <= base["tolerance"] + 1e-9, summary
     assert abs(ae.pass_at[1] - base["assisted_pass_at_1"]) <= base["tolerance"] + 1e-9, summary
+    # where completions differ (bf16 near-ties), assisted may solve a different set: the same tolerance
+    assert abs(ae.pass_at[1] - pe.pass_at[1]) <= base["tolerance"] + 1e-9, summary
 
 
 def test_humaneval_subset(tmp_path):
