@@ -140,10 +140,21 @@ class SandboxResult:
 # --------------------------------------------------------------------------------------------
 # Backends
 # --------------------------------------------------------------------------------------------
+def _needed_under_tmp() -> list[str]:
+    """The interpreter and the child script, where they live under /tmp (a venv in a checkout under
+    /tmp, as CI clones often are): the private /tmp would hide them, so they are bound back read-only."""
+    candidates = {Path(sys.executable).parent, Path(os.path.realpath(sys.executable)).parent,
+                  Path(sys.base_prefix), Path(sys.prefix), CHILD.parent}
+    tmp = Path("/tmp")
+    under = sorted(str(p) for p in candidates if p.is_absolute() and tmp in p.parents)
+    return [p for p in under if not any(p != q and p.startswith(q + os.sep) for q in under)]
+
+
 def _bwrap_prefix(work: str, *, user_ns: bool = True) -> list[str]:
     user = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)] if user_ns else []
+    keep = [arg for path in _needed_under_tmp() for arg in ("--ro-bind", path, path)]
     return ["bwrap", "--unshare-all", *user, "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
-            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--bind", work, work, "--chdir", work,
+            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *keep, "--bind", work, work, "--chdir", work,
             "--cap-drop", "ALL", "--"]
 
 

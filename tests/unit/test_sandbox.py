@@ -77,3 +77,17 @@ def test_canonical_solutions_pass_and_wrong_ones_fail(tmp_path):
     # a neighbour's solution can be right by accident only where it is the same function
     wrong_passes = [r["task_id"] for r in summary.rows if r["kind"] == "other" and r["passed"]]
     assert len(wrong_passes) <= 2, wrong_passes
+
+
+@pytest.mark.skipif("bwrap" not in BACKENDS, reason="bwrap does not work here")
+def test_bwrap_runs_an_interpreter_that_lives_under_tmp(tmp_path, monkeypatch):
+    """A venv in a checkout under /tmp (CI clones often are) was hidden by bwrap's private /tmp, and
+    the harness fell back to the weaker unshare backend."""
+    if "/tmp" not in {str(p) for p in tmp_path.resolve().parents}:
+        pytest.skip(f"pytest's tmp_path {tmp_path} is not under /tmp")
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.symlink_to(sandbox.sys.executable)
+    monkeypatch.setattr(sandbox.sys, "executable", str(venv_python))
+    result = sandbox.check_program(sandbox_cases.GOOD, sandbox_cases.TEST, "f", backend="bwrap", allow=True)
+    assert result.passed, result
