@@ -7,6 +7,11 @@ seen fewer than `min_count` times in both arms together are pooled into one "oth
 expected counts stay large enough for the chi-square approximation). The run fails when any
 position's p-value is below alpha / positions (Bonferroni). With a correct sampler the test fails
 with probability at most alpha; a sampler that leans towards the draft's choices fails it.
+
+The prefix matters: at temperature 0.1 a typical position puts over 99% on one token, both arms then
+draw that token every time, and the test is vacuous (one category, nothing can differ).
+`contested_prefix` extends the prompt greedily to the first position where the warped distribution
+gives its second token at least 10%, so that the test has power at the reference's 0.1 / top-p 0.95.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from scipy.stats import chi2_contingency
 
+from harness.errors import HarnessError
 from harness.generate import ASSISTED, PLAIN, DecodeSettings, measure_generation
 
 ALPHA = 1e-3
@@ -66,6 +72,43 @@ def sample_tokens(target: torch.nn.Module, ids: torch.LongTensor, settings: Deco
         r = measure_generation(target, ids, s, mode=ASSISTED if assistant is not None else PLAIN, assistant=assistant)
         out.append(tuple(r.tokens[:positions]))
     return out
+
+
+@dataclass
+class ContestedPrefix:
+    """A prefix whose next token is a real draw under the sampling settings (not a near-certainty)."""
+    ids: torch.LongTensor
+    extended_by: int              # greedy tokens appended to the prompt
+    top: list[tuple[int, float]]  # the most likely next tokens and their probabilities after warping
+
+
+@torch.no_grad()
+def next_token_probs(target: torch.nn.Module, ids: torch.LongTensor, temperature: float, top_p: float) -> torch.Tensor:
+    """The target's next-token distribution after the temperature and top-p warpers generate() uses."""
+    from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+    logits = target(ids).logits[:, -1, :].float()
+    if temperature != 1.0:
+        logits = TemperatureLogitsWarper(temperature)(ids, logits)
+    if top_p < 1.0:
+        logits = TopPLogitsWarper(top_p)(ids, logits)
+    return torch.softmax(logits, dim=-1)[0]
+
+
+@torch.no_grad()
+def contested_prefix(target: torch.nn.Module, ids: torch.LongTensor, settings: DecodeSettings, *,
+                     min_second: float = 0.1, max_steps: int = 64) -> ContestedPrefix:
+    """Extend `ids` greedily until the warped next-token distribution gives its second token at least
+    `min_second`. At temperature 0.1 most positions put over 99% on one token, and a histogram test
+    there cannot see a biased sampler: this picks a position where it can."""
+    for step in range(max_steps + 1):
+        probs = next_token_probs(target, ids, settings.temperature, settings.top_p)
+        values, tokens = probs.topk(3)
+        if values[1] >= min_second:
+            return ContestedPrefix(ids, step, [(int(t), float(v)) for t, v in zip(tokens, values)])
+        ids = torch.cat([ids, tokens[:1].view(1, 1)], dim=1)
+    raise HarnessError(f"no position in {max_steps} greedy steps gives a second token {min_second:.0%} at "
+                     f"temperature {settings.temperature}, top-p {settings.top_p}; use another prompt or more steps")
 
 
 def homogeneity(a: list[int], b: list[int], min_count: int = 10) -> tuple[float, int, float, int]:
