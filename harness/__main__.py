@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -278,17 +277,13 @@ def cmd_humaneval(matrix: registry.Matrix, args: argparse.Namespace) -> int:
 
 def humaneval_compare(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     """Exit 1 when a divergence is not a near-tie, or equal completions got different verdicts."""
-    from dataclasses import asdict
-
     from tqdm.auto import tqdm
 
     from harness import humaneval, jsonio
 
-    target = None
-    if args.triage:
-        key = humaneval._generated_rows(args.plain)[0]["generation"]
-        pair = matrix.pair(key["pair"])
-        target = models.load(matrix.model(pair.target), key["target_precision"])
+    def load_target(config: dict) -> models.LoadedModel:
+        return models.load(matrix.model(matrix.pair(config["pair"]).target), config["target_precision"])
+
     bar = tqdm(desc="compare", unit="task", disable=args.no_progress or not args.triage, file=sys.stderr)
 
     def progress(done: int, total: int, task_id: str) -> None:
@@ -296,7 +291,8 @@ def humaneval_compare(matrix: registry.Matrix, args: argparse.Namespace) -> int:
         bar.set_postfix_str(task_id)
         bar.update()
 
-    c = humaneval.compare(args.plain, args.assisted, triage_with=target, progress=progress)
+    c = humaneval.compare(args.plain, args.assisted, triage_with=load_target if args.triage else None,
+                          progress=progress)
     bar.close()
     n = len(c.tasks)
     print(f"{c.plain} vs {c.assisted}: {n} tasks, {c.config['pair']} target {c.config['target_precision']}")
@@ -326,12 +322,7 @@ def humaneval_compare(matrix: registry.Matrix, args: argparse.Namespace) -> int:
             if t.detail and t.triage != "exact":
                 print("  " + t.detail)
     if args.json:
-        doc = {"plain": str(c.plain), "assisted": str(c.assisted), "config": c.config, "equal": c.equal,
-               "plain_seconds": c.plain_seconds, "assisted_seconds": c.assisted_seconds,
-               "plain_tokens": c.plain_tokens, "assisted_tokens": c.assisted_tokens,
-               "plain_pass_at_1": c.pass_at_1("plain"), "assisted_pass_at_1": c.pass_at_1("assisted"),
-               "triage": counts, "unpaired": c.unpaired, "tasks": [asdict(t) for t in c.tasks]}
-        jsonio.atomic_write_text(args.json, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        jsonio.atomic_write_text(args.json, jsonio.dumps(c.as_dict(), str(args.json), humaneval.SamplesError))
         print(f"written: {args.json}")
     bad = (counts or {}).get("failed", 0) or c.verdict_mismatches_on_equal
     return 1 if bad else 0

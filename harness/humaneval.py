@@ -173,8 +173,7 @@ def generate(matrix: Matrix, config: GenerateConfig, out: Path, *, task_ids: Seq
                    disable=not progress, file=sys.stderr)
         with open(partial, "a", encoding="utf-8") as fh:
             for tid in todo:
-                prompt = all_problems[tid]["prompt"]
-                ids = target.tokenizer(prompt, return_tensors="pt")["input_ids"]
+                ids = prompt_ids(target.tokenizer, all_problems[tid]["prompt"])
                 r = measure_generation(target.model, ids, settings, mode=config.mode,
                                        assistant=draft.model if draft else None, tokenizer=target.tokenizer)
                 text = target.tokenizer.decode(r.tokens, skip_special_tokens=True)
@@ -234,6 +233,12 @@ def read_samples(path: Path, known_tasks: dict[str, Any]) -> list[dict[str, Any]
     if not samples:
         raise SamplesError(f"{path}: no samples")
     return samples
+
+
+def prompt_ids(tokenizer: Any, prompt: str) -> Any:
+    """A HumanEval prompt as the target sees it (raw text, the tokenizer's defaults): generate decodes
+    from these ids and compare's triage replays them."""
+    return tokenizer(prompt, return_tensors="pt")["input_ids"]
 
 
 def results_path(samples: Path) -> Path:
@@ -350,6 +355,11 @@ class Comparison:
             return None
         return {s: sum(t.triage == s for t in self.tasks) for s in ("exact", "near-tie", "failed")}
 
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "plain": str(self.plain), "assisted": str(self.assisted), "equal": self.equal,
+                "plain_pass_at_1": self.pass_at_1("plain"), "assisted_pass_at_1": self.pass_at_1("assisted"),
+                "triage": self.triage_counts()}
+
 
 def _generated_rows(path: Path) -> list[dict[str, Any]]:
     rows = read_samples(path, problems())
@@ -360,10 +370,12 @@ def _generated_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def compare(plain_path: Path, assisted_path: Path, *, triage_with: Any = None,
+def compare(plain_path: Path, assisted_path: Path, *,
+            triage_with: Callable[[dict[str, Any]], models.LoadedModel] | None = None,
             progress: Callable[[int, int, str], None] | None = None) -> Comparison:
     """Pair a plain and an assisted run task by task. Completions are compared as written (the
-    text up to the first stop sequence). With `triage_with` (the target as a LoadedModel), every
+    text up to the first stop sequence). With `triage_with` (called once with the plain run's
+    generation settings, it returns the target as a LoadedModel), every
     task whose tokens diverge before plain's end is triaged by harness.equivalence at the
     target precision's epsilon; assisted tokens past plain's end (it stops after a verification
     step) do not count. Verdicts come from both `_results.jsonl` files when both exist."""
@@ -380,8 +392,8 @@ def compare(plain_path: Path, assisted_path: Path, *, triage_with: Any = None,
                            " not the same target and settings")
     by_task = {r["task_id"]: r for r in assisted_rows}
     # a run still growing (make humaneval-full) is compared on the tasks both files hold
-    unpaired = ([r["task_id"] for r in plain_rows if r["task_id"] not in by_task]
-                + [t for t in by_task if t not in {r["task_id"] for r in plain_rows}])
+    in_plain = {r["task_id"] for r in plain_rows}
+    unpaired = [t for t in in_plain if t not in by_task] + [t for t in by_task if t not in in_plain]
     plain_rows = [r for r in plain_rows if r["task_id"] in by_task]
     if not plain_rows:
         raise SamplesError(f"{plain_path} and {assisted_path} have no task in common")
@@ -394,6 +406,7 @@ def compare(plain_path: Path, assisted_path: Path, *, triage_with: Any = None,
     evaluated = len(verdicts) == 2
     epsilon = eq.EPSILON.get(pk["target_precision"])
     all_problems = problems()
+    target = triage_with(pk) if triage_with is not None else None
     tasks = []
     for i, p in enumerate(plain_rows, 1):
         a = by_task[p["task_id"]]
@@ -401,13 +414,13 @@ def compare(plain_path: Path, assisted_path: Path, *, triage_with: Any = None,
         if evaluated:
             t.plain_passed = verdicts[Path(plain_path)].get(p["task_id"])
             t.assisted_passed = verdicts[Path(assisted_path)].get(p["task_id"])
-        if triage_with is not None:
+        if target is not None:
             pt, at = p["tokens"], a["tokens"][:len(p["tokens"])]
             if pt == at:
                 t.triage = eq.EXACT
             else:
-                ids = triage_with.tokenizer(all_problems[p["task_id"]]["prompt"], return_tensors="pt")["input_ids"]
-                r = eq.triage(triage_with.model, p["task_id"], ids, pt, at, epsilon, tokenizer=triage_with.tokenizer)
+                ids = prompt_ids(target.tokenizer, all_problems[p["task_id"]]["prompt"])
+                r = eq.triage(target.model, p["task_id"], ids, pt, at, epsilon, tokenizer=target.tokenizer)
                 t.triage, t.detail = r.status, r.describe()
         tasks.append(t)
         if progress:

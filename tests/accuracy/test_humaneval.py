@@ -2,7 +2,7 @@
 baselines/accuracy.json. Where assisted and plain tokens are equal the verdicts must be equal;
 plain and assisted pass@1 must each stay within the baseline's tolerance of their baseline, and
 assisted within it of plain (bf16 near-ties change some completions). CI runs a fixed subset; the
-full 164 are `slow` (`make accuracy-all`, about 1.7 h here).
+full 164 are `slow` (`make accuracy-all`, about 1.6 h here).
 
 Code runs in the sandbox (harness/sandbox.py); the test allows code execution for its own
 evaluation only (allow=True), as `--allow-code-execution` does for the CLI."""

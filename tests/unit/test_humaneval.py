@@ -130,7 +130,7 @@ def test_compare_pairs_runs_triages_divergences_and_flags_a_wrong_token(tmp_path
                                             progress=False).out
     pair = matrix.pair("tiny+draft")
     target = models.load(matrix.model(pair.target), "fp32")
-    c = humaneval.compare(runs[False], runs[True], triage_with=target)
+    c = humaneval.compare(runs[False], runs[True], triage_with=lambda config: target)
     assert [t.task_id for t in c.tasks] == tasks and c.triage_counts() == {"exact": 3, "near-tie": 0, "failed": 0}
     with pytest.raises(humaneval.SamplesError, match="a plain run, then an assisted one"):
         humaneval.compare(runs[True], runs[False])
@@ -143,7 +143,7 @@ def test_compare_pairs_runs_triages_divergences_and_flags_a_wrong_token(tmp_path
     rows[1]["tokens"][2] = int(next_token_logits(target.model, ids, rows[1]["tokens"][:2]).argmin())
     rows[1]["completion"] += "x"
     write(runs[True], rows)
-    c = humaneval.compare(runs[False], runs[True], triage_with=target)
+    c = humaneval.compare(runs[False], runs[True], triage_with=lambda config: target)
     assert c.triage_counts() == {"exact": 2, "near-tie": 0, "failed": 1}
     assert c.tasks[1].triage == "failed" and "at new token 2" in c.tasks[1].detail and c.equal == 2
 
@@ -156,5 +156,8 @@ def test_compare_pairs_runs_triages_divergences_and_flags_a_wrong_token(tmp_path
     assert c.verdict_mismatches_on_equal == ["HumanEval/0"]
     assert c.pass_at_1("plain") == pytest.approx(2 / 3) and c.pass_at_1("assisted") == pytest.approx(1 / 3)
     assert main(["--matrix", str(write_local_matrix(tmp_path)), "humaneval", "compare", str(runs[False]),
-                 str(runs[True]), "--no-progress"]) == 1
+                 str(runs[True]), "--no-progress", "--json", str(tmp_path / "compare.json")]) == 1
     assert "EQUAL: the sandbox is not deterministic" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "compare.json").read_text())
+    assert doc["equal"] == 2 and doc["plain_pass_at_1"] == pytest.approx(2 / 3) and doc["triage"] is None
+    assert [t["task_id"] for t in doc["tasks"]] == tasks and doc["assisted"] == str(runs[True])
