@@ -4,7 +4,7 @@ Plants slowdowns (default 0, 5, 10, 25%) into the target's forward pass, measure
 gate rounds at every level (levels interleaved round by round, so all see the same machine), then
 replays the gate many times on resamples of those rounds:
 
-  * our gate: harness.perf's sequential indifference-zone test (rounds, +batch while inconclusive,
+  * our gate: harness.perf.gate's sequential indifference-zone test (rounds, +batch while inconclusive,
     cap), failing if any of speedup / assisted tokens/s / plain tokens/s fails, at the fixed
     --tolerance and at the tolerance calibrated from the replay's own baseline half; the
     between-run spread is estimated from the unslowed pool in time order (blocks of drift_block);
@@ -28,7 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-from harness import perf, registry, stats
+from harness.perf import gate as perf
+from harness.core import descriptive, registry
+from harness.perf import stats
 
 
 def measure_pools(matrix, combo, settings, levels, pool, progress=True):
@@ -167,7 +169,7 @@ def main(argv=None) -> int:
           f"gate rounds {settings.rounds} (+{settings.batch}) up to {settings.max_rounds}; one round = "
           f"{settings.prompts} prompt(s) x plain+assisted, {settings.max_new_tokens} tokens")
     for m in perf.METRICS:
-        print(f"  {m}: A/A CV {stats.cv(zero[m]):.1%}, between-block spread {drift[m][0]:.1%} "
+        print(f"  {m}: A/A CV {descriptive.cv(zero[m]):.1%}, between-block spread {drift[m][0]:.1%} "
               f"(blocks of {settings.drift_block}, {drift[m][1]} df), tolerance calibrated on all of them "
               f"{calibrated[m]:.0%}")
     print(f"median round time {round_s:.1f} s; measuring took {measure_s / 60:.1f} min\n")

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import generate, models, prompts, registry
+from harness.core import generate, models, prompts, registry
 from quant.calibration import token_windows
 from quant.perplexity import perplexity
 

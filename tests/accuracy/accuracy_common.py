@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import models, registry
-from harness.errors import HarnessError
+from harness.core import models, registry
+from harness.core.errors import HarnessError
 
 RESULTS = Path(os.environ.get("HARNESS_ACCURACY_RESULTS", "results/accuracy"))
 
@@ -29,7 +29,7 @@ def load(name: str, precision: str) -> models.LoadedModel:
 
 
 def save(name: str, doc: dict) -> Path:
-    from harness.jsonio import atomic_write_text
+    from harness.core.jsonio import atomic_write_text
 
     path = RESULTS / f"{name}.json"
     atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")

@@ -1,14 +1,14 @@
 """Greedy equivalence on real models: assisted (draft or prompt lookup) == plain greedy, token for token
-in fp32; in bf16 equal or first different at a near-tie (harness/equivalence.py states the rule and
+in fp32; in bf16 equal or first different at a near-tie (harness/accuracy/equivalence.py states the rule and
 the epsilon). Prints per prompt and a summary line: exact / near-tie / failed."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness import equivalence as eq
-from harness import prompts
-from harness.generate import ASSISTED, PROMPT_LOOKUP, DecodeSettings, measure_generation
+from harness.accuracy import equivalence as eq
+from harness.core import prompts
+from harness.core.generate import measure_generation, ASSISTED, DecodeSettings, PROMPT_LOOKUP
 from accuracy_common import load, matrix, save
 
 pytestmark = [pytest.mark.accuracy, pytest.mark.real]

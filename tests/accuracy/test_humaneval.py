@@ -4,14 +4,15 @@ plain and assisted pass@1 must each stay within the baseline's tolerance of thei
 assisted within it of plain (bf16 near-ties change some completions). CI runs a fixed subset; the
 full 164 are `slow` (`make accuracy-all`, about 1.6 h here).
 
-Code runs in the sandbox (harness/sandbox.py); the test allows code execution for its own
+Code runs in the sandbox (harness/sandbox/execute.py); the test allows code execution for its own
 evaluation only (allow=True), as `--allow-code-execution` does for the CLI."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness import accuracy_baselines, humaneval
+from harness.accuracy import baselines as accuracy_baselines
+from harness.accuracy import humaneval
 from accuracy_common import matrix, save
 
 pytestmark = [pytest.mark.accuracy, pytest.mark.real]
@@ -24,7 +25,7 @@ def run(tmp_path, selection: str) -> None:
     base = accuracy_baselines.entry(name)
     if base is None:
         message = (f"no baseline {name!r} in {accuracy_baselines.PATH}: measure it (make humaneval-full for the "
-                   "full set) and add it with harness.accuracy_baselines.write_entry")
+                   "full set) and add it with harness.accuracy.baselines.write_entry")
         pytest.skip(message) if selection == "full" else pytest.fail(message)
     m = matrix()
     out = {}

@@ -1,14 +1,15 @@
 """Lossless sampling on a real model (SmolLM2-135M, its w8af32 copy as the draft): the first two new
 tokens at fixed prefixes, sampled many times with and without the draft, have the same distribution
-(chi-square homogeneity, alpha 1e-3, harness/sampling.py), at temperature 1.0 and at the reference's
+(chi-square homogeneity, alpha 1e-3, harness/accuracy/sampling.py), at temperature 1.0 and at the reference's
 0.1 / top-p 0.95, each at the first greedy position where the next token is a real draw."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness import prompts, sampling
-from harness.generate import DecodeSettings
+from harness.core import prompts
+from harness.accuracy import sampling
+from harness.core.generate import DecodeSettings
 from accuracy_common import load, matrix
 
 # slow: 2 x 300 generate calls per setting took over 10 minutes per setting on the shared 2-core machine

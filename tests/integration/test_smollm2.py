@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from harness.report import read_json
+from harness.core.report import read_json
 
 pytestmark = pytest.mark.real
 

@@ -8,7 +8,8 @@ import json
 import pytest
 
 import quant
-from harness import accuracy_baselines, models, registry
+from harness.accuracy import baselines as accuracy_baselines
+from harness.core import models, registry
 
 
 def test_committed_file_reads_and_names_real_pairs_and_precisions():

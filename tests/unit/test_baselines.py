@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from harness import baselines
-from harness.baselines import BaselineError
+from harness.perf import baselines
+from harness.perf.baselines import BaselineError
 
 PID = "cpu-test-machine-2c-0123abcd"
 CID = "tiny+draft:fp32+fp32:cpu:greedy:k4"

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from harness.__main__ import parse_ks
-from harness.report import read_json
+from harness.cli.options import parse_ks
+from harness.core.report import read_json
 from tiny_models import write_local_matrix
 
 

@@ -9,8 +9,8 @@ import contextlib
 import pytest
 import torch
 
-from harness import equivalence as eq
-from harness.generate import DecodeSettings, measure_generation
+from harness.accuracy import equivalence as eq
+from harness.core.generate import measure_generation, DecodeSettings
 from tiny_models import perturbed, prompt, tiny_model, word_tokenizer
 
 SETTINGS = DecodeSettings(max_new_tokens=24, num_assistant_tokens=4)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-from harness import perf, stats
+from harness.perf import gate as perf
+from harness.perf import stats
 
 SETTINGS = SimpleNamespace(rounds=8, batch=8, max_rounds=16, looks=lambda: 2, tolerance_override=None)
 

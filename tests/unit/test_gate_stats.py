@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from harness import stats
+from harness.perf import stats
 
 
 def lognormal(rng: random.Random, n: int, median: float, cv: float) -> list[float]:

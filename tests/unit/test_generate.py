@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from harness.generate import DecodeSettings, decode_metrics, measure_generation
+from harness.core.generate import decode_metrics, measure_generation, DecodeSettings
 from tiny_models import ARCHITECTURES, perturbed, prompt, tiny_model
 
 K = 4

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import models
-from harness.errors import IntegrityError, ModelNotFetchedError, ModelUnavailableError, UnknownNameError
-from harness.registry import GgufParts, ModelSpec, load_matrix
+from harness.core import models
+from harness.core.errors import IntegrityError, ModelNotFetchedError, ModelUnavailableError, UnknownNameError
+from harness.core.registry import load_matrix, GgufParts, ModelSpec
 
 
 def make_wheel(folder: Path, dist: str, version: str, member: str, payload: bytes) -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import baselines, platform
+from harness.perf import baselines
+from harness.core import platform
 from tiny_models import write_local_matrix
 
 REPO = Path(__file__).resolve().parents[2]

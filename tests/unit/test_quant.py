@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import quant
-from harness import registry
-from harness.models import FLOAT_DTYPES
+from harness.core import registry
+from harness.core.models import FLOAT_DTYPES
 from quant import awq, layers
 from quant.calibration import TokenWindows, corpus_text
 from quant.layers import QuantSettingsError
@@ -161,7 +161,7 @@ def test_calibration_and_heldout_text_share_no_file_and_ship_with_python():
 
 
 def test_every_precision_has_a_near_tie_epsilon():
-    from harness.equivalence import EPSILON
+    from harness.accuracy.equivalence import EPSILON
 
     assert set(EPSILON) == set(registry.precisions())
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import RegistryError, UnknownNameError
-from harness.prompts import load_prompts
-from harness.registry import DEFAULT_MATRIX, load_matrix, precisions
+from harness.core.errors import RegistryError, UnknownNameError
+from harness.core.prompts import load_prompts
+from harness.core.registry import load_matrix, precisions, DEFAULT_MATRIX
 
 
 def test_default_registry_loads_and_every_pair_resolves():

@@ -6,16 +6,16 @@ import json
 
 import pytest
 
-from harness.errors import ResultsError
-from harness.jsonio import atomic_write_text
-from harness.report import read_json, write_json
+from harness.core.errors import ResultsError
+from harness.core.jsonio import atomic_write_text
+from harness.core.report import read_json, write_json
 from tiny_models import write_local_matrix
 
 
 @pytest.fixture(scope="module")
 def results_doc(tmp_path_factory):
-    from harness import bench, report
-    from harness.registry import load_matrix
+    from harness.core import bench, report
+    from harness.core.registry import load_matrix
 
     matrix = load_matrix(write_local_matrix(tmp_path_factory.mktemp("tiny")))
     cfg = bench.build_config(matrix, "tiny+draft", limit=2, max_new_tokens=8)

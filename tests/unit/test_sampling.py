@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import sampling
-from harness.generate import DecodeSettings
+from harness.accuracy import sampling
+from harness.core.generate import DecodeSettings
 from test_equivalence import verification_agrees_with_draft
 from tiny_models import prompt, tiny_model
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import humaneval, sandbox, sandbox_cases
+from harness.accuracy import humaneval
+from harness.sandbox import execute as sandbox
+from harness.sandbox import cases as sandbox_cases
 
 BACKENDS = [b for b in sandbox.BACKENDS if sandbox._available(b)[0]]
 

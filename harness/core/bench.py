@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from harness import models, prompts, stats
-from harness.errors import HarnessError
-from harness.generate import ASSISTED, PLAIN, PROMPT_LOOKUP, DecodeSettings, GenerationResult, measure_generation
-from harness.platform import device_available
-from harness.registry import Matrix, PairSpec
+from harness.core import descriptive, models, prompts
+from harness.core.errors import HarnessError
+from harness.core.generate import measure_generation, ASSISTED, DecodeSettings, GenerationResult, PLAIN, PROMPT_LOOKUP
+from harness.core.platform import device_available
+from harness.core.registry import Matrix, PairSpec
 
 log = logging.getLogger(__name__)
 
@@ -206,10 +206,10 @@ def _rows(prompt_list: list[prompts.Prompt], configs: list[Configuration],
             same = None
             if config != plain and plain_runs:
                 # pair the r-th plain run with the r-th assisted run (same ABBA slot)
-                speedup = stats.median([stats.ratio(a.time_per_token_ms, b.time_per_token_ms)
+                speedup = descriptive.median([descriptive.ratio(a.time_per_token_ms, b.time_per_token_ms)
                                         for a, b in zip(plain_runs, runs)])
                 same = all(a.tokens == b.tokens for a, b in zip(plain_runs, runs))
-            med = lambda attr: stats.median([getattr(x, attr) for x in runs])  # noqa: E731
+            med = lambda attr: descriptive.median([getattr(x, attr) for x in runs])  # noqa: E731
             first = runs[0]
             rows.append(Row(
                 example=i + 1, prompt_id=p.id, configuration=config.label, mode=config.mode, k=config.k,
@@ -227,7 +227,7 @@ def _rows(prompt_list: list[prompts.Prompt], configs: list[Configuration],
 
 
 def _int_median(runs: list[GenerationResult], attr: str) -> int | None:
-    m = stats.median([getattr(r, attr) for r in runs])
+    m = descriptive.median([getattr(r, attr) for r in runs])
     return None if m is None else int(round(m))
 
 
@@ -240,9 +240,9 @@ def summarize(rows: list[Row], configs: list[Configuration]) -> list[Summary]:
         forwards = sum(r.target_forwards for r in mine)
         out.append(Summary(
             configuration=config.label, mode=config.mode, k=config.k, prompts=len(mine),
-            median_tokens_per_sec=stats.median([r.tokens_per_sec for r in mine]),
-            median_time_per_token_ms=stats.median([r.time_per_token_ms for r in mine]),
-            median_speedup=stats.median([r.speedup for r in mine]) if assisted else None,
+            median_tokens_per_sec=descriptive.median([r.tokens_per_sec for r in mine]),
+            median_time_per_token_ms=descriptive.median([r.time_per_token_ms for r in mine]),
+            median_speedup=descriptive.median([r.speedup for r in mine]) if assisted else None,
             acceptance_rate=(sum(r.accepted or 0 for r in mine) / drafted) if assisted and drafted else None,
             mean_accepted_length=(sum(r.new_tokens for r in mine) / forwards) if assisted and forwards else None,
             prompts_same_tokens_as_plain=(sum(bool(r.same_tokens_as_plain) for r in mine)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 from scipy.stats import chi2_contingency
 
-from harness.errors import HarnessError
-from harness.generate import ASSISTED, PLAIN, DecodeSettings, measure_generation
+from harness.core.errors import HarnessError
+from harness.core.generate import measure_generation, ASSISTED, DecodeSettings, PLAIN
 
 ALPHA = 1e-3
 

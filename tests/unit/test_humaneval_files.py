@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from harness import humaneval, registry
-from harness.__main__ import main
+from harness.accuracy import humaneval
+from harness.core import registry
+from harness.cli.main import main
 from tiny_models import write_local_matrix
 
 P0 = humaneval.problems()["HumanEval/0"]
@@ -114,7 +115,7 @@ def test_generate_extends_a_finished_run_and_never_shrinks_it(tmp_path):
 
 
 def test_compare_pairs_runs_triages_divergences_and_flags_a_wrong_token(tmp_path, capsys, monkeypatch):
-    from harness import models
+    from harness.core import models
 
     # prompts in the tiny word tokenizer's vocabulary (HumanEval's text would all be <pad>: zero logits)
     real = humaneval.problems()
@@ -137,7 +138,7 @@ def test_compare_pairs_runs_triages_divergences_and_flags_a_wrong_token(tmp_path
 
     # planted: the assisted run took a token the target would not pick at new token 2 of task 1
     rows = [json.loads(l) for l in runs[True].read_text().splitlines()]
-    from harness.equivalence import next_token_logits
+    from harness.accuracy.equivalence import next_token_logits
 
     ids = target.tokenizer(humaneval.problems()["HumanEval/1"]["prompt"], return_tensors="pt")["input_ids"]
     rows[1]["tokens"][2] = int(next_token_logits(target.model, ids, rows[1]["tokens"][:2]).argmin())

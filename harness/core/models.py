@@ -36,14 +36,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from harness.errors import (
+from harness.core.errors import (
     HarnessError,
     IntegrityError,
     ModelNotFetchedError,
     ModelUnavailableError,
     UnknownNameError,
 )
-from harness.registry import GgufParts, Matrix, ModelSpec
+from harness.core.registry import GgufParts, Matrix, ModelSpec
 
 log = logging.getLogger(__name__)
 

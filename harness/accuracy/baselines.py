@@ -10,9 +10,9 @@ from typing import Any
 
 import jsonschema
 
-from harness import jsonio
-from harness.errors import HarnessError
-from harness.registry import PACKAGE_DIR
+from harness.core import jsonio
+from harness.core.errors import HarnessError
+from harness.core.registry import PACKAGE_DIR
 
 PATH = PACKAGE_DIR.parent / "baselines" / "accuracy.json"
 SCHEMA = PACKAGE_DIR.parent / "baselines" / "accuracy.schema.json"

@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import HarnessError, UnknownNameError
-from harness.registry import PromptSetSpec
+from harness.core.errors import HarnessError, UnknownNameError
+from harness.core.registry import PromptSetSpec
 
 
 @dataclass(frozen=True)

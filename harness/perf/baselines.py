@@ -1,6 +1,6 @@
 """Per-platform baselines: read, validate, migrate, merge and write `baselines/<platform-id>.json`.
 
-A baseline file belongs to one machine fingerprint (harness/platform.py). It is validated against
+A baseline file belongs to one machine fingerprint (harness/core/platform.py). It is validated against
 baselines/schema.json on read and on write, written atomically (temporary file, fsync, rename),
 and only this machine's file is ever written. Older schema versions are migrated by an explicit
 function per version step (`MIGRATIONS`); a version without one is an error, never a guess.
@@ -17,9 +17,9 @@ from typing import Any
 
 import jsonschema
 
-from harness import jsonio
-from harness.errors import HarnessError
-from harness.registry import PACKAGE_DIR
+from harness.core import jsonio
+from harness.core.errors import HarnessError
+from harness.core.registry import PACKAGE_DIR
 
 SCHEMA_VERSION = 2
 SCHEMA_PATH = PACKAGE_DIR.parent / "baselines" / "schema.json"
@@ -32,7 +32,7 @@ V1_BLOCK = 8  # the perf batch (rounds per block) that every version-1 file was 
 def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
     """Version 2 adds the between-run spread per metric (drift_sd, drift_df, block). Version-1
     files stored their rounds in order, so it is computed from them, as a new file would be."""
-    from harness import stats
+    from harness.perf import stats
 
     for record in doc.get("combinations", {}).values():
         for key, entry in record.items():

@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from harness import baselines, perf, platform, registry
-from harness.errors import HarnessError
+from harness.perf import baselines
+from harness.perf import gate as perf
+from harness.core import platform, registry
+from harness.core.errors import HarnessError
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +28,7 @@ class PerfUndecidedWarning(UserWarning):
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    g = parser.getgroup("perf gate", "assisted-generation perf gate (harness/plugin.py)")
+    g = parser.getgroup("perf gate", "assisted-generation perf gate (harness/perf/plugin.py)")
     g.addoption("--baselines-dir", default=str(baselines.DEFAULT_DIR), metavar="DIR",
                 help="folder of <platform-id>.json baselines (default: baselines/)")
     g.addoption("--update-baselines", action="store_true",
@@ -92,7 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
     known_pairs = {c.pair for c in perf.combinations(matrix)}
     for name in config.getoption("pair"):
         if name not in known_pairs:
-            from harness.errors import did_you_mean
+            from harness.core.errors import did_you_mean
 
             raise pytest.UsageError(f"--pair {name!r} has no perf combinations.{did_you_mean(name, known_pairs)} "
                                     f"Available: {', '.join(sorted(known_pairs))}")
@@ -252,7 +254,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state is None:
         return
     if state.results:
-        from harness import perf_report
+        from harness.perf import report as perf_report
 
         perf_report.write_all(state.results, Path(session.config.getoption("perf_report_dir")))
     if not state.updating or not state.staged:
@@ -281,7 +283,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     state: PerfSession | None = config.stash.get(_STATE, None)
     if state is None or not state.results:
         return
-    from harness import perf_report
+    from harness.perf import report as perf_report
 
     terminalreporter.section("perf gate")
     for line in perf_report.summary_lines(state.results):

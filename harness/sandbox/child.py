@@ -1,4 +1,4 @@
-"""The program that runs inside the sandbox (harness/sandbox.py starts it; never imported by the harness).
+"""The program that runs inside the sandbox (harness/sandbox/execute.py starts it; never imported by the harness).
 
 Standard library only; it runs under `python -I -S -B` inside the OS containment. Protocol:
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import jsonschema
 
-from harness.errors import RegistryError, UnknownNameError
+from harness.core.errors import RegistryError, UnknownNameError
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # harness/: matrix.toml, schemas/, data/
 DEFAULT_MATRIX = PACKAGE_DIR / "matrix.toml"
 MATRIX_SCHEMA = PACKAGE_DIR / "schemas" / "matrix.schema.json"
 
@@ -117,7 +117,7 @@ class Matrix:
     platforms: dict[str, PlatformSpec]
     prompt_sets: dict[str, PromptSetSpec]
     tasks: dict[str, str] = field(default_factory=dict)
-    perf: dict[str, Any] = field(default_factory=dict)  # the perf gate's table; expanded by harness/perf.py
+    perf: dict[str, Any] = field(default_factory=dict)  # the perf gate's table; expanded by harness/perf/gate.py
 
     def model(self, name: str) -> ModelSpec:
         return _lookup("model", name, self.models, self.path)

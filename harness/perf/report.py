@@ -11,9 +11,10 @@ from typing import Any
 
 import jsonschema
 
-from harness import __version__, jsonio, stats
-from harness.errors import ResultsError
-from harness.registry import PACKAGE_DIR
+from harness import __version__
+from harness.core import descriptive, jsonio
+from harness.core.errors import ResultsError
+from harness.core.registry import PACKAGE_DIR
 
 SCHEMA = PACKAGE_DIR / "schemas" / "perf-results.schema.json"
 HEADERS = ["Combination", "Plain tok/s", "Assisted tok/s", "Speedup", "Acceptance", "Rounds", "Verdict", "Detail"]
@@ -21,7 +22,7 @@ HEADERS = ["Combination", "Plain tok/s", "Assisted tok/s", "Speedup", "Acceptanc
 
 def _row(r: dict[str, Any]) -> list[str]:
     def med(key: str, fmt: str) -> str:
-        m = stats.median(r[key])
+        m = descriptive.median(r[key])
         return "-" if m is None else format(m, fmt)
 
     detail = ""
@@ -69,9 +70,9 @@ def chart(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = [r["combination"] for r in results]
-    plain = [stats.median(r["plain_tokens_per_sec"]) or 0 for r in results]
-    assisted = [stats.median(r["assisted_tokens_per_sec"]) or 0 for r in results]
-    speedup = [stats.median(r["speedup"]) or 0 for r in results]
+    plain = [descriptive.median(r["plain_tokens_per_sec"]) or 0 for r in results]
+    assisted = [descriptive.median(r["assisted_tokens_per_sec"]) or 0 for r in results]
+    speedup = [descriptive.median(r["speedup"]) or 0 for r in results]
     fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(names) + 2), 4.8))
     xs = range(len(names))
     ax.bar([x - 0.2 for x in xs], plain, width=0.4, label="plain", color="#8c8c8c")

@@ -1,4 +1,4 @@
-"""The perf gate's measurement and verdicts, independent of pytest (harness/plugin.py wires it in).
+"""The perf gate's measurement and verdicts, independent of pytest (harness/perf/plugin.py wires it in).
 
 A combination is pair x precisions x platform x decoding x K, with an id that reads well:
     qwen-coder-1.5b+0.5b:bf16+w8af32-tensor:cpu:greedy:k6
@@ -17,9 +17,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import __version__, models, prompts, stats
-from harness.generate import ASSISTED, PLAIN, DecodeSettings, GenerationResult, measure_generation
-from harness.registry import Matrix, PairSpec
+from harness import __version__
+from harness.core import descriptive, models, prompts
+from harness.perf import stats
+from harness.core.generate import measure_generation, ASSISTED, DecodeSettings, GenerationResult, PLAIN
+from harness.core.registry import Matrix, PairSpec
 
 log = logging.getLogger(__name__)
 
@@ -231,8 +233,8 @@ class Runner:
         for name in METRICS:
             values = self.samples.metric(name)
             drift, drift_df = stats.drift_sd(values, s.drift_block)
-            record[name] = {"samples": [round(v, 6) for v in values], "median": round(stats.median(values), 6),
-                            "cv": round(stats.cv(values) or 0.0, 6), "drift_sd": round(drift, 6),
+            record[name] = {"samples": [round(v, 6) for v in values], "median": round(descriptive.median(values), 6),
+                            "cv": round(descriptive.cv(values) or 0.0, 6), "drift_sd": round(drift, 6),
                             "drift_df": drift_df, "block": s.drift_block}
             tolerance[name] = s.tolerance_override or stats.calibrated_tolerance(
                 values, cap=cap, alpha=alpha, drift=drift, floor=s.tolerance_floor)

@@ -16,11 +16,12 @@ from typing import Any
 
 import jsonschema
 
-from harness import __version__, jsonio
-from harness.bench import BenchResult, Row, Summary
-from harness.errors import ResultsError
-from harness.platform import detect
-from harness.registry import PACKAGE_DIR
+from harness import __version__
+from harness.core import jsonio
+from harness.core.bench import BenchResult, Row, Summary
+from harness.core.errors import ResultsError
+from harness.core.platform import detect
+from harness.core.registry import PACKAGE_DIR
 
 RESULTS_SCHEMA_VERSION = 1
 RESULTS_SCHEMA = PACKAGE_DIR / "schemas" / "bench-results.schema.json"

@@ -21,7 +21,7 @@ Layers, from the kernel up (each run records which were in force: `SandboxResult
    where this process can create one (root, cgroup v1 or v2 pids controller), each run also gets its
    own pids cgroup: pids.max caps the run's processes whatever its uid, and every process listed
    in it is killed at the end (session leaders that left the process group included).
-3. Inside the child (harness/sandbox_child.py): a PEP 578 audit hook, installed before untrusted
+3. Inside the child (harness/sandbox/child.py): a PEP 578 audit hook, installed before untrusted
    code runs, refuses frame/memory introspection, starting processes, signals, sockets, raising
    rlimits, native code and writes outside the working directory.
 
@@ -52,14 +52,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 log = logging.getLogger(__name__)
 
 ALLOW_ENV = "HARNESS_ALLOW_CODE_EXECUTION"
 BACKEND_ENV = "HARNESS_SANDBOX"
 BACKENDS = ("bwrap", "unshare", "none")
-CHILD = Path(__file__).resolve().parent / "sandbox_child.py"
+CHILD = Path(__file__).resolve().parent / "child.py"
 SANDBOX_UID = 65534
 
 PASSED, FAILED, TIMED_OUT = "passed", "failed", "timed out"
@@ -91,7 +91,7 @@ def code_execution_allowed(flag: bool = False) -> bool:
 def require_code_execution(flag: bool = False) -> None:
     if not code_execution_allowed(flag):
         raise CodeExecutionRefused(
-            "this runs untrusted, model-written code. It runs inside a sandbox (harness/sandbox.py), but only "
+            "this runs untrusted, model-written code. It runs inside a sandbox (harness/sandbox/execute.py), but only "
             f"when you allow it: pass --allow-code-execution or set {ALLOW_ENV}=1")
 
 

@@ -26,10 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import jsonio, models, prompts, sandbox
-from harness.errors import HarnessError, UnknownNameError
-from harness.generate import ASSISTED, PLAIN, DecodeSettings, measure_generation
-from harness.registry import Matrix
+from harness.core import jsonio, models, prompts
+from harness.sandbox import execute as sandbox
+from harness.core.errors import HarnessError, UnknownNameError
+from harness.core.generate import measure_generation, ASSISTED, DecodeSettings, PLAIN
+from harness.core.registry import Matrix
 
 log = logging.getLogger(__name__)
 
@@ -376,10 +377,10 @@ def compare(plain_path: Path, assisted_path: Path, *,
     """Pair a plain and an assisted run task by task. Completions are compared as written (the
     text up to the first stop sequence). With `triage_with` (called once with the plain run's
     generation settings, it returns the target as a LoadedModel), every
-    task whose tokens diverge before plain's end is triaged by harness.equivalence at the
+    task whose tokens diverge before plain's end is triaged by harness.accuracy.equivalence at the
     target precision's epsilon; assisted tokens past plain's end (it stops after a verification
     step) do not count. Verdicts come from both `_results.jsonl` files when both exist."""
-    from harness import equivalence as eq
+    from harness.accuracy import equivalence as eq
 
     plain_rows, assisted_rows = _generated_rows(Path(plain_path)), _generated_rows(Path(assisted_path))
     pk, ak = plain_rows[0]["generation"], assisted_rows[0]["generation"]

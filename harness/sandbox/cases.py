@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import sandbox
+from harness.sandbox import execute as sandbox
 
 TEST = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n"
 ENTRY = "f"
@@ -159,7 +159,7 @@ def _digest(folder: Path) -> str:
 
 
 def _sentinel_parent() -> Path:
-    from harness.models import cache_root
+    from harness.core.models import cache_root
 
     path = cache_root() / "sandbox-selftest"
     path.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Statistics of repeated measurements and the perf gate's decisions.
 
-All three gates live here (DESIGN.md), from no noise to most noise:
+All three gates live here, from no noise to most noise:
   exact      counters (accepted/drafted/target forwards per prompt) equal the stored ones
   relative   speedup samples (plain/assisted, interleaved in one process) against the baseline's
   absolute   tokens/s samples against the baseline's
@@ -36,25 +36,6 @@ from typing import Any
 PASS, FAIL, INCONCLUSIVE, UNDECIDED = "pass", "fail", "inconclusive", "undecided"
 DEFAULT_ALPHA = 0.01  # one-sided error rate of each decision, split over the looks at the data
 DEFAULT_BETA = 0.05  # at the calibrated tolerance: chance that a change of the full tolerance is not resolved
-
-
-def median(values: Sequence[float | None]) -> float | None:
-    vals = [v for v in values if v is not None and math.isfinite(v)]
-    return statistics.median(vals) if vals else None
-
-
-def cv(values: Sequence[float | None]) -> float | None:
-    """Coefficient of variation (sample stdev / mean); None for fewer than two values."""
-    vals = [v for v in values if v is not None and math.isfinite(v)]
-    if len(vals) < 2 or statistics.fmean(vals) == 0:
-        return None
-    return statistics.stdev(vals) / statistics.fmean(vals)
-
-
-def ratio(numerator: float | None, denominator: float | None) -> float | None:
-    if numerator is None or denominator is None or denominator == 0:
-        return None
-    return numerator / denominator
 
 
 def _t_quantile(p: float, df: float) -> float:

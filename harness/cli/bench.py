@@ -1,0 +1,75 @@
+"""`python -m harness bench`: plain and assisted decoding interleaved per prompt, the reference's table."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.cli.options import float_in, int_in, parse_ks
+from harness.core import registry
+from harness.core.errors import HarnessError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    b = sub.add_parser("bench", help="measure plain and assisted decoding (the reference's table)")
+    b.add_argument("--pair", help="registry pair (default: the registry's defaults.pair); see `python -m harness pairs`")
+    b.add_argument("--task", choices=("decode", "benchmark", "benchmark_code"),
+                   help="decode: the pair's prompt set; benchmark: fixed prompt lengths, exactly "
+                        "--max-new-tokens new tokens; benchmark_code: HumanEval prompts")
+    mode = b.add_mutually_exclusive_group()
+    mode.add_argument("--compare", dest="mode", action="store_const", const="compare",
+                      help="plain and assisted interleaved per prompt, with the speedup (default)")
+    mode.add_argument("--assisted-generation", dest="mode", action="store_const", const="assisted",
+                      help="assisted decoding only")
+    mode.add_argument("--plain", dest="mode", action="store_const", const="plain", help="plain decoding only")
+    precisions = registry.precisions()
+    b.add_argument("--target-precision", choices=precisions)
+    b.add_argument("--draft-precision", choices=precisions)
+    b.add_argument("--do-sample", action="store_true", default=None, help="sample instead of greedy decoding")
+    b.add_argument("--temperature", type=float_in(0.0, 100.0, lo_open=True))
+    b.add_argument("--top-p", type=float_in(0.0, 1.0, lo_open=True))
+    b.add_argument("--seed", type=int_in(0, 2**31 - 1))
+    b.add_argument("--num-assistant-tokens", "-k", dest="ks", type=parse_ks, metavar="K",
+                   help="draft tokens per step: 6, a list 2,4,6 or a sweep 2-8 (plain runs shared)")
+    b.add_argument("--schedule", choices=registry.schedules(),
+                   help="K schedule (default constant: heuristic changes K during and across runs)")
+    b.add_argument("--confidence-threshold", type=float_in(0.0, 1.0),
+                   help="transformers' assistant confidence threshold (default 0: off)")
+    b.add_argument("--prompt-lookup", type=int_in(1, 64), metavar="N",
+                   help="prompt-lookup decoding with N candidate tokens instead of the draft model")
+    b.add_argument("--max-new-tokens", type=int_in(2, 8192))
+    b.add_argument("--repeats", type=int_in(1, 1000), help="runs per prompt and configuration (medians reported)")
+    b.add_argument("--limit", type=int_in(1, 100000), help="only the first N prompts")
+    b.add_argument("--platform", help="registry platform (cpu, cuda, ...); default cpu")
+    b.add_argument("--json", type=Path, metavar="PATH", help="write results JSON (validated, atomic)")
+    b.add_argument("--markdown", type=Path, metavar="PATH", help="write the tables as markdown")
+    b.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
+    from harness.core import bench, report
+
+    if (args.temperature is not None or args.top_p is not None) and not args.do_sample:
+        raise HarnessError("--temperature and --top-p apply to sampling; add --do-sample")
+    cfg = bench.build_config(
+        matrix, args.pair or matrix.defaults.pair, task=args.task, mode=args.mode,
+        target_precision=args.target_precision, draft_precision=args.draft_precision, do_sample=args.do_sample,
+        temperature=args.temperature, top_p=args.top_p, seed=args.seed, ks=args.ks, schedule=args.schedule,
+        confidence_threshold=args.confidence_threshold, prompt_lookup=args.prompt_lookup,
+        max_new_tokens=args.max_new_tokens, repeats=args.repeats, limit=args.limit, platform=args.platform,
+    )
+    if args.draft_precision and cfg.draft_precision is None:
+        raise HarnessError("--draft-precision has no effect with prompt-lookup decoding (no draft model)")
+    result = bench.run_bench(matrix, cfg, progress=not args.no_progress)
+    print(report.render_tables(result))
+    print()
+    print(report.render_summary(result))
+    if args.json:
+        report.write_json(report.to_json(result, ["python", "-m", "harness", *sys.argv[1:]]), args.json)
+        print(f"results: {args.json}")
+    if args.markdown:
+        report.write_markdown(result, args.markdown)
+        print(f"markdown: {args.markdown}")
+    return 0
+

@@ -1,0 +1,54 @@
+"""The CLI: python -m harness {bench, models, pairs, humaneval, sandbox}. Errors print one line, no traceback.
+
+One module per command group (harness/cli/<group>.py), each with its parser and its commands;
+this module builds the parser from them and dispatches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from harness.cli import bench, humaneval, models, sandbox
+from harness.core import registry
+from harness.core.errors import HarnessError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    p.add_argument("--matrix", type=Path, default=None, help="registry file (default: harness/matrix.toml)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+    bench.add_parser(sub)
+    models.add_parsers(sub)
+    humaneval.add_parser(sub)
+    sandbox.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        matrix = registry.load_matrix(args.matrix)
+        if args.command == "bench":
+            return bench.run(matrix, args)
+        if args.command == "humaneval":
+            return humaneval.run(matrix, args)
+        if args.command == "sandbox":
+            return sandbox.run(args)
+        return models.run(matrix, args)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
