@@ -4,7 +4,7 @@ Plants slowdowns (default 0, 5, 10, 25%) into the target's forward pass, measure
 gate rounds at every level (levels interleaved round by round, so all see the same machine), then
 replays the gate many times on resamples of those rounds:
 
-  * our gate: harness.perf.gate's sequential indifference-zone test (rounds, +batch while inconclusive,
+  * our gate: harness/perf/verdict.py's sequential indifference-zone test (rounds, +batch while inconclusive,
     cap), failing if any of speedup / assisted tokens/s / plain tokens/s fails, at the fixed
     --tolerance and at the tolerance calibrated from the replay's own baseline half; the
     between-run spread is estimated from the unslowed pool in time order (blocks of drift_block);
@@ -28,26 +28,27 @@ import sys
 import time
 from pathlib import Path
 
-from harness.perf import gate as perf
-from harness.core import descriptive, registry
+from harness.core import descriptive, interleave, jsonio, registry
 from harness.perf import stats
+from harness.perf.combinations import Combination, PerfSettings
+from harness.perf.runner import METRICS, PlantedSlowdown, Runner, load_pair
 
 
 def measure_pools(matrix, combo, settings, levels, pool, progress=True):
-    loaded = perf.load_pair(matrix, combo)
-    slow = perf.PlantedSlowdown(loaded.target.model)
-    runner = perf.Runner(matrix, combo, loaded, settings)
+    loaded = load_pair(matrix, combo)
+    slow = PlantedSlowdown(loaded.target.model)
+    runner = Runner(matrix, combo, loaded, settings)
     runner.warmup()
     pools = {lv: {"speedup": [], "assisted_tokens_per_sec": [], "plain_tokens_per_sec": [], "round_s": []}
              for lv in levels}
     start = time.perf_counter()
     for r in range(pool):
-        for lv in (levels if r % 2 == 0 else levels[::-1]):
+        for lv in interleave.abba(levels, r):
             slow.fraction = lv
             t0 = time.perf_counter()
             runner.round()
             took = time.perf_counter() - t0
-            for m in perf.METRICS:
+            for m in METRICS:
                 pools[lv][m].append(runner.samples.metric(m)[-1])
             pools[lv]["round_s"].append(took)
         if progress:
@@ -68,7 +69,7 @@ def our_gate(rng, base, meas, settings, tolerance, drift):
         at_cap = len(picks) >= settings.max_rounds
         verdicts = [stats.compare_samples(m, base[m], [meas[m][i] for i in picks], tolerance[m], alpha=alpha,
                                           at_cap=at_cap, drift_sd=drift[m][0]).verdict
-                    for m in perf.METRICS]
+                    for m in METRICS]
         if stats.FAIL in verdicts:
             return stats.FAIL, len(picks)
         if stats.UNDECIDED in verdicts:
@@ -85,14 +86,14 @@ def parametric_rates(rng, pools, levels, settings, tolerance, trials):
     The empirical replay above can only use half a pool as the baseline; this shows what the
     measured means and spreads give with the sizes the gate really uses."""
     zero = pools[0.0]
-    sd = {m: statistics.stdev(math.log(v) for v in zero[m]) for m in perf.METRICS}
-    drift = {m: stats.drift_sd(zero[m], settings.drift_block) for m in perf.METRICS}
-    mean = {lv: {m: statistics.fmean(math.log(v) for v in pools[lv][m]) for m in perf.METRICS} for lv in levels}
+    sd = {m: statistics.stdev(math.log(v) for v in zero[m]) for m in METRICS}
+    drift = {m: stats.drift_sd(zero[m], settings.drift_block) for m in METRICS}
+    mean = {lv: {m: statistics.fmean(math.log(v) for v in pools[lv][m]) for m in METRICS} for lv in levels}
     alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, settings.looks())
 
     def run(lv, n):  # one run: its own level (between-run spread), then n rounds around it
-        level = {m: mean[lv][m] + rng.gauss(0, drift[m][0]) for m in perf.METRICS}
-        return {m: [math.exp(level[m] + rng.gauss(0, sd[m])) for _ in range(n)] for m in perf.METRICS}
+        level = {m: mean[lv][m] + rng.gauss(0, drift[m][0]) for m in METRICS}
+        return {m: [math.exp(level[m] + rng.gauss(0, sd[m])) for _ in range(n)] for m in METRICS}
 
     out = {}
     for lv in levels:
@@ -102,7 +103,7 @@ def parametric_rates(rng, pools, levels, settings, tolerance, trials):
             base = run(0.0, settings.max_rounds)
             tol = tolerance or {m: stats.calibrated_tolerance(base[m], cap=settings.max_rounds, alpha=alpha,
                                                              drift=drift[m][0], floor=settings.tolerance_floor)
-                                for m in perf.METRICS}
+                                for m in METRICS}
             verdict, rounds = our_gate(rng, base, run(lv, settings.max_rounds), settings, tol, drift)
             counts[verdict] += 1
             used.append(rounds)
@@ -117,7 +118,7 @@ def benchmark_compare_fail(rng, base_times, meas, rounds, tolerance):
     return statistics.fmean(current) > statistics.fmean(base_times) * (1 + tolerance)
 
 
-def main(argv=None) -> int:
+def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pair", default="smollm2-135m+self")
     p.add_argument("--precisions", default=None, help="target+draft, e.g. bf16+w8af32 (default: the pair's)")
@@ -127,53 +128,85 @@ def main(argv=None) -> int:
     p.add_argument("--tolerance", type=float, default=0.10)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--from-json", type=Path, default=None, help="replay pools saved by an earlier --json")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
 
-    matrix = registry.load_matrix()
+
+def combination(matrix, args):
+    """The pair at --precisions (default: the pair's own) as a greedy CPU perf combination."""
     pair = matrix.pair(args.pair)
     precisions = args.precisions or (pair.target_precision + (f"+{pair.draft_precision}" if pair.draft_precision else ""))
     tp, _, dp = precisions.partition("+")
-    combo = perf.Combination(pair=pair.name, target_precision=tp, draft_precision=dp or None, platform="cpu",
-                             device="cpu", decoding="greedy", k=pair.num_assistant_tokens, mode=pair.mode)
-    settings = perf.PerfSettings.from_matrix(matrix)
-    levels = [float(x) for x in args.slowdowns.split(",")]
-    if 0.0 not in levels:
-        levels = [0.0] + levels
+    return Combination(pair=pair.name, target_precision=tp, draft_precision=dp or None, platform="cpu",
+                       device="cpu", decoding="greedy", k=pair.num_assistant_tokens, mode=pair.mode)
 
+
+def pools_for(matrix, combo, settings, levels, args):
+    """(pools, seconds measuring): replayed from --from-json, else measured (and saved first with --json,
+    so a later --from-json replays them without measuring again)."""
     if args.from_json:
         saved = json.loads(args.from_json.read_text())
-        pools = {float(k): v for k, v in saved["pools"].items()}
-        measure_s = saved["measure_s"]
-    else:
-        t0 = time.perf_counter()
-        pools = measure_pools(matrix, combo, settings, levels, args.pool)
-        measure_s = time.perf_counter() - t0
-        if args.json:  # the pools first: a later --from-json replays them without measuring again
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"combination": combo.id, "measure_s": measure_s,
-                                             "pools": {str(k): v for k, v in pools.items()}}, indent=1))
+        return {float(k): v for k, v in saved["pools"].items()}, saved["measure_s"]
+    t0 = time.perf_counter()
+    pools = measure_pools(matrix, combo, settings, levels, args.pool)
+    measure_s = time.perf_counter() - t0
+    if args.json:
+        jsonio.atomic_write_text(args.json, json.dumps({"combination": combo.id, "measure_s": measure_s,
+                                                        "pools": {str(k): v for k, v in pools.items()}}, indent=1))
+    return pools, measure_s
 
-    rng = random.Random(20261122)
-    zero = pools[0.0]
-    n0 = len(zero["speedup"])
-    round_s = statistics.median(zero["round_s"])
-    alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, settings.looks())
-    # the between-run spread, from the unslowed rounds in time order (as a baseline update estimates it)
-    drift = {m: stats.drift_sd(zero[m], settings.drift_block) for m in perf.METRICS}
-    def calibrate(rounds):  # what --update-baselines stores, from the baseline's own rounds
-        return {m: stats.calibrated_tolerance(rounds[m], cap=settings.max_rounds, alpha=alpha, drift=drift[m][0],
-                                              floor=settings.tolerance_floor) for m in perf.METRICS}
 
-    calibrated = calibrate(zero)
+class Calibration:
+    """The between-run spread from the unslowed rounds in time order, and the tolerance an update
+    would store from a baseline's own rounds (as --update-baselines calibrates it)."""
+
+    def __init__(self, zero, settings):
+        self.settings = settings
+        self.alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, settings.looks())
+        self.drift = {m: stats.drift_sd(zero[m], settings.drift_block) for m in METRICS}
+
+    def tolerances(self, rounds):
+        s = self.settings
+        return {m: stats.calibrated_tolerance(rounds[m], cap=s.max_rounds, alpha=self.alpha, drift=self.drift[m][0],
+                                              floor=s.tolerance_floor) for m in METRICS}
+
+
+def print_pools(combo, zero, settings, cal, calibrated, args, round_s, measure_s):
     print(f"\nGate power for {combo.id}: {len(zero['speedup'])} measured rounds per level, {args.trials} replays; "
           f"gate rounds {settings.rounds} (+{settings.batch}) up to {settings.max_rounds}; one round = "
           f"{settings.prompts} prompt(s) x plain+assisted, {settings.max_new_tokens} tokens")
-    for m in perf.METRICS:
-        print(f"  {m}: A/A CV {descriptive.cv(zero[m]):.1%}, between-block spread {drift[m][0]:.1%} "
-              f"(blocks of {settings.drift_block}, {drift[m][1]} df), tolerance calibrated on all of them "
+    for m in METRICS:
+        print(f"  {m}: A/A CV {descriptive.cv(zero[m]):.1%}, between-block spread {cal.drift[m][0]:.1%} "
+              f"(blocks of {settings.drift_block}, {cal.drift[m][1]} df), tolerance calibrated on all of them "
               f"{calibrated[m]:.0%}")
     print(f"median round time {round_s:.1f} s; measuring took {measure_s / 60:.1f} min\n")
-    fixed = {m: args.tolerance for m in perf.METRICS}
+
+
+def replay_level(rng, lv, pools, settings, cal, fixed, trials):
+    """One slowdown level replayed `trials` times: our gate at the fixed and the calibrated tolerance,
+    and pytest-benchmark's rule. The baseline is a random half of the unslowed rounds; for the 0%
+    level the other half is what is measured."""
+    zero = pools[0.0]
+    n0 = len(zero["speedup"])
+    counts = {"fixed": {}, "calibrated": {}}
+    used = {"fixed": [], "calibrated": []}
+    bench_fails = 0
+    for _ in range(trials):
+        idx = list(range(n0))
+        rng.shuffle(idx)
+        half = n0 // 2
+        base = {m: [zero[m][i] for i in idx[:half]] for m in (*METRICS, "round_s")}
+        meas = pools[lv] if lv else {m: [zero[m][i] for i in idx[half:]] for m in (*METRICS, "round_s")}
+        for name, tol in (("fixed", fixed), ("calibrated", cal.tolerances(base))):
+            verdict, rounds = our_gate(rng, base, meas, settings, tol, cal.drift)
+            counts[name][verdict] = counts[name].get(verdict, 0) + 1
+            used[name].append(rounds)
+        bench_fails += benchmark_compare_fail(rng, base["round_s"], meas, settings.rounds, fixed["speedup"])
+    return counts, used, bench_fails
+
+
+def replay_table(rng, levels, pools, settings, cal, args, round_s):
+    """Detection and false-alarm rates per level, printed as a table; the rows for --json."""
+    fixed = {m: args.tolerance for m in METRICS}
     header = (f"{'slowdown':>8} | {'ours @' + format(args.tolerance, '.0%') + ' fail/undecided':>26} "
               f"{'time/gate':>9} | {'ours @calibrated fail/undec.':>28} {'time/gate':>9} | "
               f"{'pytest-benchmark mean:' + format(args.tolerance, '.0%') + ' fails':>30} {'time':>6}")
@@ -181,21 +214,7 @@ def main(argv=None) -> int:
     print("-" * len(header))
     table = []
     for lv in levels:
-        counts = {"fixed": {}, "calibrated": {}}
-        used = {"fixed": [], "calibrated": []}
-        bench_fails = 0
-        for _ in range(args.trials):
-            # baseline: a random half of the unslowed rounds; for the 0% level the other half is measured
-            idx = list(range(n0))
-            rng.shuffle(idx)
-            half = n0 // 2
-            base = {m: [zero[m][i] for i in idx[:half]] for m in (*perf.METRICS, "round_s")}
-            meas = pools[lv] if lv else {m: [zero[m][i] for i in idx[half:]] for m in (*perf.METRICS, "round_s")}
-            for name, tol in (("fixed", fixed), ("calibrated", calibrate(base))):
-                verdict, rounds = our_gate(rng, base, meas, settings, tol, drift)
-                counts[name][verdict] = counts[name].get(verdict, 0) + 1
-                used[name].append(rounds)
-            bench_fails += benchmark_compare_fail(rng, base["round_s"], meas, settings.rounds, args.tolerance)
+        counts, used, bench_fails = replay_level(rng, lv, pools, settings, cal, fixed, args.trials)
         row = {"slowdown": lv, "pytest_benchmark_fail": bench_fails / args.trials,
                "pytest_benchmark_minutes": settings.rounds * round_s / 60}
         cells = []
@@ -204,16 +223,20 @@ def main(argv=None) -> int:
             und = counts[name].get(stats.UNDECIDED, 0) / args.trials
             minutes = statistics.fmean(used[name]) * round_s / 60
             row[name] = {"fail": fail, "undecided": und, "minutes": minutes}
-            cells.append(f"{fail:>6.1%} / {und:>5.1%}")
-            cells.append(f"{minutes:>7.1f} m")
+            cells += [f"{fail:>6.1%} / {und:>5.1%}", f"{minutes:>7.1f} m"]
         table.append(row)
         print(f"{lv:>8.0%} | {cells[0]:>26} {cells[1]:>9} | {cells[2]:>28} {cells[3]:>9} | "
               f"{bench_fails / args.trials:>30.1%} {settings.rounds * round_s / 60:>4.1f} m")
     print("\n(0% row: false alarms; other rows: detection. 'undecided': still unresolved at the cap (a warning, "
           "or a failure with --perf-undecided=fail). Times: mean rounds x median round time, excluding model "
           "load and warm-up. 'calibrated': each replay calibrates from its own baseline half, as an update would.)")
+    return table
+
+
+def parametric_table(rng, levels, pools, settings, args, round_s, table):
+    """The same rates at production sample sizes, from log-normal fits of the pools; added to `table`."""
     print(f"\nThe same at production sizes (log-normal fits of the pools; baseline {settings.max_rounds} rounds):")
-    fixed_p = parametric_rates(rng, pools, levels, settings, fixed, args.trials)
+    fixed_p = parametric_rates(rng, pools, levels, settings, {m: args.tolerance for m in METRICS}, args.trials)
     calib_p = parametric_rates(rng, pools, levels, settings, None, args.trials)
     for lv in levels:
         f, c = fixed_p[lv], calib_p[lv]
@@ -221,10 +244,29 @@ def main(argv=None) -> int:
               f"{c['fail']:>6.1%} / {c['undecided']:>5.1%}{'':>15} {c['rounds'] * round_s / 60:>7.1f} m |")
     for row in table:
         row["parametric"] = {"fixed": fixed_p[row["slowdown"]], "calibrated": calib_p[row["slowdown"]]}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    matrix = registry.load_matrix()
+    combo = combination(matrix, args)
+    settings = PerfSettings.from_matrix(matrix)
+    levels = [float(x) for x in args.slowdowns.split(",")]
+    if 0.0 not in levels:
+        levels = [0.0] + levels
+    pools, measure_s = pools_for(matrix, combo, settings, levels, args)
+    rng = random.Random(20261122)
+    zero = pools[0.0]
+    round_s = statistics.median(zero["round_s"])
+    cal = Calibration(zero, settings)
+    calibrated = cal.tolerances(zero)
+    print_pools(combo, zero, settings, cal, calibrated, args, round_s, measure_s)
+    table = replay_table(rng, levels, pools, settings, cal, args, round_s)
+    parametric_table(rng, levels, pools, settings, args, round_s, table)
     if args.json:
         saved = json.loads(args.json.read_text()) if args.json.exists() else {}
-        saved.update(table=table, calibrated=calibrated, drift={m: list(v) for m, v in drift.items()})
-        args.json.write_text(json.dumps(saved, indent=1))
+        saved.update(table=table, calibrated=calibrated, drift={m: list(v) for m, v in cal.drift.items()})
+        jsonio.atomic_write_text(args.json, json.dumps(saved, indent=1))
     return 0
 
 

@@ -17,7 +17,6 @@ assisted tokens equal the plain ones on every prompt.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import logging
@@ -26,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.core import generate, models, prompts, registry
+from harness.core import decode, generate, interleave, models, prompts, registry
 from quant.calibration import token_windows
 from quant.perplexity import perplexity
 
@@ -41,12 +40,8 @@ def encoded_prompts(matrix, pair, tokenizer, n):
             for p in prompts.load_prompts(ps, tokenizer, limit=n)]
 
 
-def warm(settings):
-    return dataclasses.replace(settings, max_new_tokens=8, min_new_tokens=8)
-
-
 def decode_rate(model, inputs, settings):
-    generate.measure_generation(model, inputs[0], warm(settings))
+    generate.measure_generation(model, inputs[0], interleave.warmup_settings(settings))
     return statistics.median(generate.measure_generation(model, x, settings).tokens_per_sec for x in inputs)
 
 
@@ -90,7 +85,7 @@ def assisted_rows(matrix, pair, combinations, n_prompts, settings, plain_bf16):
             print(f"[assisted] target {tprec} + draft {dprec}", file=sys.stderr, flush=True)
             draft = models.load(matrix.model(pair.draft), dprec)
             kw = {"mode": generate.ASSISTED, "assistant": draft.model}
-            generate.measure_generation(target.model, inputs[0], warm(settings), **kw)
+            generate.measure_generation(target.model, inputs[0], interleave.warmup_settings(settings), **kw)
             plain, assisted = [], []
             for x in inputs:  # interleaved: one plain, one assisted per prompt
                 plain.append(generate.measure_generation(target.model, x, settings))
@@ -154,8 +149,7 @@ def main(argv=None):
         parts = c.split("+")
         if len(parts) != 2 or any(p not in registry.precisions() for p in parts):
             ap.error(f"--combinations: {c!r}: write TARGET+DRAFT precisions, from {', '.join(registry.precisions())}")
-    settings = generate.DecodeSettings(max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens,
-                                       num_assistant_tokens=pair.num_assistant_tokens)
+    settings = decode.for_pair(pair, max_new_tokens=args.max_new_tokens, fixed_length=True)
     start = time.perf_counter()
     rows = []
     for role in args.roles:

@@ -3,7 +3,7 @@ float32 everywhere else (quant.layers.Int8DynamicLinear, torch._int_mm).
 
 Per-token scales make a row's result independent of the other rows in the call, so a block of
 K+1 tokens verified together has no systematic effect on any of them. The per-tensor variant
-(`w8af32-tensor`) lets the block's largest token set every row's step (FACTS.md; its held-out
+(`w8af32-tensor`) lets the block's largest token set every row's step (its held-out
 perplexity on long windows is far worse). Bit-equality with plain decoding is still not
 guaranteed: a last-bit fp32 difference upstream can tip an int8 rounding (harness/accuracy/equivalence.py).
 On this CPU torch._int_mm is 2-4x slower at one token than fbgemm's per-tensor kernel, so drafts,

@@ -4,7 +4,7 @@ call with ONE scale per tensor, float32 everywhere else: torch's dynamic quantiz
 
 Kept beside `w8af32` (per-token scales) to measure the difference: here a block of K+1 verified
 tokens quantizes differently from one token, so a *target* in this precision can disagree with
-its own plain greedy output (FACTS.md). For a *draft* that only changes which tokens are
+its own plain greedy output (measured on the 1.5B target). For a *draft* that only changes which tokens are
 proposed, never the output.
 """
 

@@ -3,12 +3,10 @@ validated against baselines/accuracy.schema.json, written atomically."""
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 
 from harness.core import jsonio
 from harness.core.errors import HarnessError
@@ -23,17 +21,13 @@ class AccuracyBaselineError(HarnessError):
 
 
 @cache
-def _validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
-
-
 def key(pair: str, target_precision: str, draft_precision: str, selection: str) -> str:
     return f"{pair}:{target_precision}+{draft_precision}:{selection}"
 
 
 def read(path: Path = PATH) -> dict[str, Any]:
     doc = jsonio.read_strict(path, AccuracyBaselineError)
-    jsonio.validate(doc, _validator(), str(path), AccuracyBaselineError,
+    jsonio.validate(doc, SCHEMA, str(path), AccuracyBaselineError,
                     hint=f"fix or restore it (git checkout -- {path})")
     return doc
 
@@ -45,5 +39,5 @@ def entry(name: str, path: Path = PATH) -> dict[str, Any] | None:
 def write_entry(name: str, value: dict[str, Any], path: Path = PATH) -> None:
     doc = read(path) if Path(path).is_file() else {"schema_version": 1, "humaneval": {}}
     doc["humaneval"][name] = value
-    jsonio.validate(doc, _validator(), str(path), AccuracyBaselineError)
+    jsonio.validate(doc, SCHEMA, str(path), AccuracyBaselineError)
     jsonio.atomic_write_text(path, jsonio.dumps(doc, str(path), AccuracyBaselineError))

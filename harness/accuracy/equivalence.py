@@ -2,7 +2,7 @@
 
 In fp32, assisted greedy tokens must equal plain greedy tokens exactly. In bf16/fp16 the target
 verifies K+1 tokens in one batched forward, whose rounding differs from one token at a time, so
-an argmax can flip where the top two logits are nearly equal (FACTS.md). Such a divergence is
+an argmax can flip where the top two logits are nearly equal (seen on HumanEval/10). Such a divergence is
 accepted as a "near-tie" when, in a plain forward of the target over the common prefix (prompt +
 the tokens both runs agree on):
   - the gap between the top-1 and top-2 logits is below epsilon, and

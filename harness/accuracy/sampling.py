@@ -24,7 +24,8 @@ import torch
 from scipy.stats import chi2_contingency
 
 from harness.core.errors import HarnessError
-from harness.core.generate import measure_generation, ASSISTED, DecodeSettings, PLAIN
+from harness.core.decode import DecodeSettings
+from harness.core.generate import ASSISTED, PLAIN, measure_generation
 
 ALPHA = 1e-3
 

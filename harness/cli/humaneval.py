@@ -51,31 +51,39 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
-    from harness.accuracy import humaneval
-    from harness.sandbox import execute as sandbox
-
     if args.humaneval_command == "generate":
-        if args.draft_precision and not args.assisted:
-            raise HarnessError("--draft-precision applies to --assisted-generation")
-        device = matrix.platform(args.platform).device
-        config = humaneval.build_generate_config(
-            matrix, args.pair or matrix.defaults.pair, assisted=args.assisted, target_precision=args.target_precision,
-            draft_precision=args.draft_precision, max_new_tokens=args.max_new_tokens,
-            num_assistant_tokens=args.num_assistant_tokens)
-        tasks = humaneval.select_tasks(humaneval.problems(), task_ids=args.task_ids, limit=args.limit)
-        s = humaneval.generate(matrix, config, args.out, task_ids=tasks, resume=not args.no_resume, device=device,
-                               progress=not args.no_progress)
-        draft = f" + draft {config.draft_precision} K={config.num_assistant_tokens}" if config.mode == "assisted" else ""
-        print(f"{s.out}: {s.tasks} tasks ({s.resumed} resumed), {config.pair} {config.mode} "
-              f"(target {config.target_precision}{draft}), {s.new_tokens} new tokens in {s.generate_s:.1f} s: "
-              f"{s.tokens_per_sec or 0:.2f} tokens/s overall, {s.median_decode_tokens_per_sec or 0:.2f} tokens/s "
-              "median decode rate")
-        return 0
-
+        return humaneval_generate(matrix, args)
     if args.humaneval_command == "compare":
         return humaneval_compare(matrix, args)
+    return humaneval_evaluate(args)
 
+
+def humaneval_generate(matrix: registry.Matrix, args: argparse.Namespace) -> int:
+    from harness.accuracy import humaneval
+
+    if args.draft_precision and not args.assisted:
+        raise HarnessError("--draft-precision applies to --assisted-generation")
+    device = matrix.platform(args.platform).device
+    config = humaneval.build_generate_config(
+        matrix, args.pair or matrix.defaults.pair, assisted=args.assisted, target_precision=args.target_precision,
+        draft_precision=args.draft_precision, max_new_tokens=args.max_new_tokens,
+        num_assistant_tokens=args.num_assistant_tokens)
+    tasks = humaneval.select_tasks(humaneval.problems(), task_ids=args.task_ids, limit=args.limit)
+    s = humaneval.generate(matrix, config, args.out, task_ids=tasks, resume=not args.no_resume, device=device,
+                           progress=not args.no_progress)
+    draft = f" + draft {config.draft_precision} K={config.num_assistant_tokens}" if config.mode == "assisted" else ""
+    print(f"{s.out}: {s.tasks} tasks ({s.resumed} resumed), {config.pair} {config.mode} "
+          f"(target {config.target_precision}{draft}), {s.new_tokens} new tokens in {s.generate_s:.1f} s: "
+          f"{s.tokens_per_sec or 0:.2f} tokens/s overall, {s.median_decode_tokens_per_sec or 0:.2f} tokens/s "
+          "median decode rate")
+    return 0
+
+
+def humaneval_evaluate(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
+
+    from harness.accuracy import humaneval
+    from harness.sandbox import execute as sandbox
 
     sandbox.require_code_execution(args.allow_code_execution)
     limits = sandbox.Limits(timeout_s=args.timeout)
@@ -118,6 +126,16 @@ def humaneval_compare(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     c = humaneval.compare(args.plain, args.assisted, triage_with=load_target if args.triage else None,
                           progress=progress)
     bar.close()
+    counts = print_comparison(c)
+    if args.json:
+        jsonio.atomic_write_text(args.json, jsonio.dumps(c.as_dict(), str(args.json), humaneval.SamplesError))
+        print(f"written: {args.json}")
+    bad = (counts or {}).get("failed", 0) or c.verdict_mismatches_on_equal
+    return 1 if bad else 0
+
+
+def print_comparison(c) -> dict[str, int] | None:
+    """The comparison for a reader: equal completions, time, pass@1, triage; returns the triage counts."""
     n = len(c.tasks)
     print(f"{c.plain} vs {c.assisted}: {n} tasks, {c.config['pair']} target {c.config['target_precision']}")
     if c.unpaired:
@@ -145,9 +163,4 @@ def humaneval_compare(matrix: registry.Matrix, args: argparse.Namespace) -> int:
         for t in c.tasks:
             if t.detail and t.triage != "exact":
                 print("  " + t.detail)
-    if args.json:
-        jsonio.atomic_write_text(args.json, jsonio.dumps(c.as_dict(), str(args.json), humaneval.SamplesError))
-        print(f"written: {args.json}")
-    bad = (counts or {}).get("failed", 0) or c.verdict_mismatches_on_equal
-    return 1 if bad else 0
-
+    return counts

@@ -9,20 +9,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from harness.core import descriptive, models, prompts
+from harness.core import decode, descriptive, interleave, models, prompts
 from harness.core.errors import HarnessError
-from harness.core.generate import measure_generation, ASSISTED, DecodeSettings, GenerationResult, PLAIN, PROMPT_LOOKUP
+from harness.core.decode import DecodeSettings
+from harness.core.generate import ASSISTED, PLAIN, PROMPT_LOOKUP, measure_generation
 from harness.core.platform import device_available
+from harness.core.record import GenerationResult, Row, Summary
 from harness.core.registry import Matrix, PairSpec
 
 log = logging.getLogger(__name__)
-
-WARMUP_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -60,45 +60,6 @@ class BenchConfig:
 
 
 @dataclass
-class Row:
-    """One prompt under one configuration: medians over the repeats (the reference's columns)."""
-
-    example: int
-    prompt_id: str
-    configuration: str
-    mode: str
-    k: int | None
-    prompt_tokens: int
-    new_tokens: int
-    total_s: float
-    prefill_ms: float
-    time_per_token_ms: float | None
-    tokens_per_sec: float | None
-    drafted: int | None
-    accepted: int | None
-    mean_accepted_length: float | None
-    target_forwards: int
-    speedup: float | None
-    cpu_s: float
-    same_tokens_as_plain: bool | None
-    samples: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class Summary:
-    configuration: str
-    mode: str
-    k: int | None
-    prompts: int
-    median_tokens_per_sec: float | None
-    median_time_per_token_ms: float | None
-    median_speedup: float | None
-    acceptance_rate: float | None
-    mean_accepted_length: float | None
-    prompts_same_tokens_as_plain: int | None
-
-
-@dataclass
 class BenchResult:
     config: BenchConfig
     target: dict[str, Any]
@@ -117,19 +78,11 @@ def build_config(matrix: Matrix, pair_name: str, **overrides: Any) -> BenchConfi
     task = o.get("task", matrix.defaults.task)
     stops = matrix.prompt_set_for(task, pair).stop_sequences
     max_new = o.get("max_new_tokens", matrix.defaults.max_new_tokens)
-    settings = DecodeSettings(
-        max_new_tokens=max_new,
-        min_new_tokens=max_new if task == "benchmark" else 0,
-        do_sample=o.get("do_sample", False),
-        temperature=o.get("temperature", 1.0),
-        top_p=o.get("top_p", 1.0),
-        seed=o.get("seed", 0),
-        num_assistant_tokens=ks[0],
-        schedule=o.get("schedule", pair.schedule),
-        confidence_threshold=o.get("confidence_threshold", pair.confidence_threshold),
-        prompt_lookup_ngram=matrix.defaults.prompt_lookup_ngram,
-        stop_sequences=stops,
-    )
+    settings = decode.for_pair(
+        pair, max_new_tokens=max_new, fixed_length=task == "benchmark", do_sample=o.get("do_sample", False),
+        temperature=o.get("temperature"), top_p=o.get("top_p"), seed=o.get("seed", 0), num_assistant_tokens=ks[0],
+        schedule=o.get("schedule"), confidence_threshold=o.get("confidence_threshold"),
+        prompt_lookup_ngram=matrix.defaults.prompt_lookup_ngram, stop_sequences=stops)
     mode = o.get("mode", "compare")
     draft_precision = None if assisted_mode == PROMPT_LOOKUP else o.get("draft_precision", pair.draft_precision)
     if assisted_mode == ASSISTED and pair.draft is None:
@@ -169,18 +122,14 @@ def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> Ben
                                   assistant=draft.model if (draft and config.mode == ASSISTED) else None,
                                   tokenizer=target.tokenizer)
 
-    warm = dataclasses.replace(cfg.settings, max_new_tokens=WARMUP_TOKENS, min_new_tokens=0)
-    for config in configs:  # first-call costs (kernel selection, allocations) stay out of the numbers
-        run(config, encoded[0], warm)
+    interleave.warm_up(configs, lambda config, settings: run(config, encoded[0], settings), cfg.settings)
 
     samples: dict[tuple[int, Configuration], list[GenerationResult]] = {}
     bar = tqdm(total=len(encoded) * cfg.repeats * len(configs), desc=f"bench {cfg.pair.name}",
                unit="run", disable=not progress, file=sys.stderr)
     for i, ids in enumerate(encoded):
         for r in range(cfg.repeats):
-            # interleaved: plain and assisted alternate within each prompt; the order flips
-            # every repeat (ABBA) so a drifting machine does not favour one side
-            for config in (configs if r % 2 == 0 else configs[::-1]):
+            for config in interleave.abba(configs, r):  # plain and assisted alternate within each prompt
                 result = run(config, ids, cfg.settings)
                 samples.setdefault((i, config), []).append(result)
                 bar.set_postfix_str(f"{prompt_list[i].id} {config.label} "
@@ -221,7 +170,7 @@ def _rows(prompt_list: list[prompts.Prompt], configs: list[Configuration],
                 mean_accepted_length=med("mean_accepted_length") if config.mode != PLAIN else None,
                 target_forwards=_int_median(runs, "target_forwards"), speedup=speedup, cpu_s=med("cpu_s"),
                 same_tokens_as_plain=same,
-                samples=[{k: v for k, v in r.as_dict().items() if k != "mode"} for r in runs],
+                samples=[r.sample() for r in runs],
             ))
     return rows
 

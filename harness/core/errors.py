@@ -43,6 +43,11 @@ class ResultsError(HarnessError):
     """A results file failed validation."""
 
 
+class QuantizationError(HarnessError):
+    """A quantization method cannot take this model or setting (quant.QuantSettingsError, whose
+    package does not depend on the harness, re-raised for the CLI's one-line errors)."""
+
+
 def did_you_mean(name: str, available: Iterable[str]) -> str:
     """' Did you mean 'x'?' for the closest match, or '' when nothing is close."""
     close = difflib.get_close_matches(name, list(available), n=1, cutoff=0.5)

@@ -1,24 +1,10 @@
 """One measured generation: wall/CPU timings, the tokens, and the decoding loop's own counters.
 
-Metric definitions (DESIGN.md, with one generalization noted):
-  total_s            wall time of the whole `generate` call (tokenization excluded)
-  prefill_ms         from the call to the end of the target's first forward pass, i.e. the moment
-                     the first new token exists. Assisted: includes the draft's prefill and its first
-                     K draft tokens, and the target's prefill fused with the first verification.
-  time_per_token_ms  (total - prefill) / (new tokens produced after the first target pass).
-                     Plain decoding produces 1 token in that pass, giving DESIGN.md's
-                     (total - prefill) / (new - 1); an assisted first pass can produce up to K+1
-                     tokens, and counting them as "decode" tokens would flatter assisted decoding.
-  tokens_per_sec     1000 / time_per_token_ms
-  drafted            candidate tokens proposed (sum over verification steps)
-  accepted           candidate tokens the target kept (sum of transformers' n_matches)
-  target_forwards    forward passes of the target model (a forward hook counts them)
-  mean_accepted_length  new tokens per target forward pass (accepted + the target's own token)
-
-The counters come from the assisted-decoding loop itself: the candidate generator that
-transformers builds for the call is wrapped, so `get_candidates` reports what was drafted and
-`update_candidate_strategy` reports n_matches. Logits processors are never used for this: they
-run several times per verification step.
+`measure_generation` runs one `generate` call (batch size 1) and returns a GenerationResult
+(harness/core/record.py, where every metric is defined). The counters come from the
+assisted-decoding loop itself: the candidate generator that transformers builds for the call is
+wrapped, so `get_candidates` reports what was drafted and `update_candidate_strategy` reports
+n_matches. Logits processors are never used for this: they run several times per verification step.
 """
 
 from __future__ import annotations
@@ -26,60 +12,16 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
+from harness.core.decode import DecodeSettings
+from harness.core.record import GenerationResult
+
 PLAIN, ASSISTED, PROMPT_LOOKUP = "plain", "assisted", "prompt-lookup"
-
-
-@dataclass(frozen=True)
-class DecodeSettings:
-    max_new_tokens: int
-    min_new_tokens: int = 0
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
-    num_assistant_tokens: int = 6  # K
-    schedule: str = "constant"
-    confidence_threshold: float = 0.0
-    prompt_lookup_ngram: int = 10
-    stop_sequences: tuple[str, ...] = ()
-
-
-@dataclass
-class GenerationResult:
-    mode: str
-    prompt_tokens: int
-    new_tokens: int
-    total_s: float
-    prefill_ms: float
-    time_per_token_ms: float | None
-    tokens_per_sec: float | None
-    cpu_s: float
-    target_forwards: int
-    drafted: int | None = None
-    accepted: int | None = None
-    mean_accepted_length: float | None = None
-    accepted_per_step: list[int] | None = None
-    drafted_per_step: list[int] | None = None
-    tokens: list[int] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def decode_tokens(self) -> int:
-        """Tokens produced after the target's first forward pass (the decode phase)."""
-        first = self.accepted_per_step[0] + 1 if self.accepted_per_step else 1
-        return self.new_tokens - first
-
-    @property
-    def decode_s(self) -> float:
-        return self.total_s - self.prefill_ms / 1000.0
 
 
 def decode_metrics(total_s: float, prefill_s: float, new_tokens: int,
@@ -94,7 +36,8 @@ def decode_metrics(total_s: float, prefill_s: float, new_tokens: int,
 
 class StopOnSequences(StoppingCriteria):
     """Stops when the decoded new text contains a stop sequence. Works with and without a draft
-    (transformers' own `stop_strings` breaks under assisted decoding, FACTS.md)."""
+    (transformers' `generate(stop_strings=...)` fails with a draft model: the assistant's own generate
+    call gets the stop strings without a tokenizer)."""
 
     def __init__(self, tokenizer: Any, prompt_len: int, stops: Sequence[str]):
         self.tokenizer, self.prompt_len, self.stops = tokenizer, prompt_len, tuple(stops)
@@ -144,8 +87,8 @@ def _instrumented(target: torch.nn.Module, counters: _LoopCounters) -> Iterator[
 
 
 def reset_assistant(assistant: torch.nn.Module, settings: DecodeSettings) -> None:
-    """transformers keeps adaptive K and confidence threshold on the assistant across calls
-    (FACTS.md); every measured run starts from the configured values."""
+    """transformers keeps the adaptive K and confidence threshold on the assistant's generation
+    config from one call to the next; every measured run starts from the configured values."""
     gc = assistant.generation_config
     gc.num_assistant_tokens = settings.num_assistant_tokens
     gc.num_assistant_tokens_schedule = settings.schedule
@@ -209,14 +152,18 @@ def measure_generation(
         out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
         t1, cpu1 = time.perf_counter(), time.process_time()
 
-    tokens = out[0, prompt_len:].tolist()
+    return _result(mode, prompt_len, out[0, prompt_len:].tolist(), t1 - t0, cpu1 - cpu0,
+                   (counters.forward_ends[0] - t0) if counters.forward_ends else t1 - t0, counters)
+
+
+def _result(mode: str, prompt_len: int, tokens: list[int], total_s: float, cpu_s: float, prefill_s: float,
+            counters: _LoopCounters) -> GenerationResult:
+    """The record of one call: timings, tokens, and (assisted) the loop's per-step counters."""
     new_tokens = len(tokens)
-    total_s = t1 - t0
-    prefill_s = (counters.forward_ends[0] - t0) if counters.forward_ends else total_s
     result = GenerationResult(
         mode=mode, prompt_tokens=prompt_len, new_tokens=new_tokens, total_s=total_s,
         prefill_ms=prefill_s * 1000.0, time_per_token_ms=None, tokens_per_sec=None,
-        cpu_s=cpu1 - cpu0, target_forwards=len(counters.forward_ends), tokens=tokens,
+        cpu_s=cpu_s, target_forwards=len(counters.forward_ends), tokens=tokens,
     )
     if mode != PLAIN:
         steps = counters.accepted_per_step

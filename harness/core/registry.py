@@ -5,15 +5,13 @@ Nothing here touches the network or a model: it only reads and checks data.
 
 from __future__ import annotations
 
-import json
 import tomllib
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 
+from harness.core import jsonio
 from harness.core.errors import RegistryError, UnknownNameError
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # harness/: matrix.toml, schemas/, data/
@@ -21,9 +19,8 @@ DEFAULT_MATRIX = PACKAGE_DIR / "matrix.toml"
 MATRIX_SCHEMA = PACKAGE_DIR / "schemas" / "matrix.schema.json"
 
 
-@cache
 def _matrix_schema() -> dict[str, Any]:
-    return json.loads(MATRIX_SCHEMA.read_text())
+    return jsonio.schema(MATRIX_SCHEMA)
 
 
 def precisions() -> tuple[str, ...]:
@@ -117,7 +114,7 @@ class Matrix:
     platforms: dict[str, PlatformSpec]
     prompt_sets: dict[str, PromptSetSpec]
     tasks: dict[str, str] = field(default_factory=dict)
-    perf: dict[str, Any] = field(default_factory=dict)  # the perf gate's table; expanded by harness/perf/gate.py
+    perf: dict[str, Any] = field(default_factory=dict)  # the perf gate's table; expanded by harness/perf/combinations.py
 
     def model(self, name: str) -> ModelSpec:
         return _lookup("model", name, self.models, self.path)
@@ -158,13 +155,7 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise RegistryError(f"{path}: not valid TOML: {exc}") from None
 
-    validator = jsonschema.Draft202012Validator(_matrix_schema())
-    errors = sorted(validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = errors[0]
-        where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise RegistryError(f"{path}: {where}: {err.message}"
-                            + (f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""))
+    jsonio.validate(raw, MATRIX_SCHEMA, str(path), RegistryError, sep=".")
 
     d = raw["defaults"]
     defaults = Defaults(**d)

@@ -8,56 +8,21 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
 import sys
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 
 from harness import __version__
 from harness.core import jsonio
-from harness.core.bench import BenchResult, Row, Summary
+from harness.core.bench import BenchResult
 from harness.core.errors import ResultsError
 from harness.core.platform import detect
+from harness.core.record import COLUMNS, Summary
 from harness.core.registry import PACKAGE_DIR
 
 RESULTS_SCHEMA_VERSION = 1
 RESULTS_SCHEMA = PACKAGE_DIR / "schemas" / "bench-results.schema.json"
-
-# The reference's columns, in order, then the suite's own.
-COLUMNS: list[tuple[str, str]] = [
-    ("Example#", "example"),
-    ("Prompt Length (tokens)", "prompt_tokens"),
-    ("New Tokens Generated", "new_tokens"),
-    ("Total Time (s)", "total_s"),
-    ("Prefill Phase (ms)", "prefill_ms"),
-    ("Time/Token (ms)", "time_per_token_ms"),
-    ("Tokens/Sec", "tokens_per_sec"),
-    ("Accepted/Drafted", "accepted_drafted"),
-    ("Mean Accepted Length", "mean_accepted_length"),
-    ("Target Forwards", "target_forwards"),
-    ("Speedup", "speedup"),
-]
-
-
-def _fmt(key: str, row: Row) -> str:
-    if key == "accepted_drafted":
-        return "-" if row.drafted is None else f"{row.accepted}/{row.drafted}"
-    value = getattr(row, key)
-    if value is None:
-        return "-"
-    if key == "speedup":
-        return f"{value:.2f}x"
-    if key == "total_s":
-        return f"{value:.2f}"
-    if key in ("prefill_ms", "time_per_token_ms", "tokens_per_sec"):
-        return f"{value:.1f}" if key != "tokens_per_sec" else f"{value:.2f}"
-    if key == "mean_accepted_length":
-        return f"{value:.2f}"
-    return str(value)
-
 
 def _table(headers: list[str], body: list[list[str]], markdown: bool) -> str:
     if markdown:
@@ -83,9 +48,9 @@ def render_tables(result: BenchResult, *, markdown: bool = False) -> str:
     parts = []
     for s in result.summary:
         rows = [r for r in result.rows if r.configuration == s.configuration]
-        body = [[_fmt(key, r) for _, key in COLUMNS] for r in rows]
+        body = [[c.cell(r) for c in COLUMNS] for r in rows]
         title = describe(result, s.configuration)
-        parts.append((f"### {title}\n\n" if markdown else f"{title}\n") + _table([h for h, _ in COLUMNS], body, markdown))
+        parts.append((f"### {title}\n\n" if markdown else f"{title}\n") + _table([c.header for c in COLUMNS], body, markdown))
     return "\n\n".join(parts)
 
 
@@ -126,13 +91,8 @@ def to_json(result: BenchResult, command: list[str] | None = None) -> dict[str, 
     }
 
 
-@cache
-def _results_validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(json.loads(RESULTS_SCHEMA.read_text()))
-
-
 def validate_results(doc: Any, source: str) -> None:
-    jsonio.validate(doc, _results_validator(), source, ResultsError)
+    jsonio.validate(doc, RESULTS_SCHEMA, source, ResultsError)
 
 
 def write_json(doc: dict[str, Any], path: Path) -> None:

@@ -9,13 +9,11 @@ function per version step (`MIGRATIONS`); a version without one is an error, nev
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 
 from harness.core import jsonio
 from harness.core.errors import HarnessError
@@ -56,10 +54,6 @@ def _hint(path: Path) -> str:
 
 
 @cache
-def _validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
-
-
 def path_for(directory: Path, platform_id: str) -> Path:
     return Path(directory) / f"{platform_id}.json"
 
@@ -84,7 +78,7 @@ def migrate(doc: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def validate(doc: Any, source: str, path: Path) -> None:
-    jsonio.validate(doc, _validator(), source, BaselineError, hint=_hint(path))
+    jsonio.validate(doc, SCHEMA_PATH, source, BaselineError, hint=_hint(path))
 
 
 def load(path: Path, *, platform_id: str | None = None) -> dict[str, Any] | None:

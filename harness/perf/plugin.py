@@ -1,6 +1,7 @@
 """pytest plugin of the perf gate: every option and hook in one module (like pytest-benchmark's).
 
-Registered by the top-level conftest.py. Options are namespaced under "perf gate" in --help and
+Registered by the package's pytest11 entry point (pyproject.toml), so its options exist wherever
+pytest starts; conftest.py registers it from a checkout that is not installed. Options are namespaced under "perf gate" in --help and
 validated at start-up; errors name the flag to fix.
 """
 
@@ -8,15 +9,19 @@ from __future__ import annotations
 
 import gc
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.perf import baselines
-from harness.perf import gate as perf
 from harness.core import platform, registry
-from harness.core.errors import HarnessError
+from harness.core.errors import HarnessError, did_you_mean
+from harness.core.generate import ASSISTED
+from harness.perf import baselines
+from harness.perf.combinations import Combination, PerfSettings, combinations
+from harness.perf.runner import METRICS, LoadedPair, Runner, git_commit, load_pair
+from harness.perf.verdict import BaselineMismatchError, Verdict, check_comparable, confirm, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -91,45 +96,46 @@ def pytest_configure(config: pytest.Config) -> None:
         matrix = registry.load_matrix(config.getoption("perf_matrix"))
     except HarnessError as exc:
         raise pytest.UsageError(f"--perf-matrix: {exc}") from None
-    known_pairs = {c.pair for c in perf.combinations(matrix)}
+    try:
+        combos = combinations(matrix)
+    except HarnessError as exc:
+        raise pytest.UsageError(f"--perf-matrix: {exc}") from None
+    known_pairs = {c.pair for c in combos}
     for name in config.getoption("pair"):
         if name not in known_pairs:
-            from harness.core.errors import did_you_mean
-
             raise pytest.UsageError(f"--pair {name!r} has no perf combinations.{did_you_mean(name, known_pairs)} "
                                     f"Available: {', '.join(sorted(known_pairs))}")
     for name in config.getoption("platform"):
         if name not in matrix.platforms:
             raise pytest.UsageError(f"--platform {name!r} is not in the registry; available: "
                                     f"{', '.join(matrix.platforms)}")
-    config.stash[_STATE] = PerfSession(config, matrix)
+    config.stash[_STATE] = PerfSession(config, matrix, combos)
 
 
 class PerfSession:
     """Session state: the loaded models (one pair at a time), baselines, staged updates, results."""
 
-    def __init__(self, config: pytest.Config, matrix: registry.Matrix):
-        self.config, self.matrix = config, matrix
-        self.settings = perf.PerfSettings.from_matrix(
+    def __init__(self, config: pytest.Config, matrix: registry.Matrix, combos: list[Combination]):
+        self.config, self.matrix, self.combinations = config, matrix, combos
+        self.settings = PerfSettings.from_matrix(
             matrix, rounds=config.getoption("perf_repeats"), max_rounds=config.getoption("perf_max_repeats"),
             tolerance_override=config.getoption("perf_tolerance"))
         if self.settings.max_rounds < self.settings.rounds:
-            self.settings = perf.PerfSettings(**{**self.settings.__dict__, "max_rounds": self.settings.rounds})
+            self.settings = PerfSettings(**{**self.settings.__dict__, "max_rounds": self.settings.rounds})
         self.directory = Path(config.getoption("baselines_dir"))
         self.updating = config.getoption("update_baselines")
-        self.loaded: perf.LoadedPair | None = None
+        self.loaded: LoadedPair | None = None
         self.staged: dict[str, dict[str, Any]] = {}
         self.results: list[dict[str, Any]] = []
-        self._baseline_doc: dict[str, Any] | None = None
-        self._baseline_loaded = False
+        self._baseline_docs: dict[str, dict[str, Any] | None] = {}  # device -> that platform's file, read once
         self.update_lines: list[str] = []
 
     # models: one pair in memory at a time (24 GiB here)
-    def models_for(self, combo: perf.Combination) -> perf.LoadedPair:
+    def models_for(self, combo: Combination) -> LoadedPair:
         if self.loaded is None or self.loaded.key != combo.model_key:
             self.loaded = None
             gc.collect()
-            self.loaded = perf.load_pair(self.matrix, combo,
+            self.loaded = load_pair(self.matrix, combo,
                                          slowdown=self.config.getoption("perf_plant_slowdown"),
                                          plant_into=self.config.getoption("perf_plant_into"))
         return self.loaded
@@ -141,10 +147,11 @@ class PerfSession:
         return baselines.path_for(self.directory, self.platform_id(device))
 
     def baseline_doc(self, device: str) -> dict[str, Any] | None:
-        if not self._baseline_loaded:
-            self._baseline_doc = baselines.load(self.baseline_path(device), platform_id=self.platform_id(device))
-            self._baseline_loaded = True
-        return self._baseline_doc
+        """The baseline file of `device`'s platform (each device has its own platform id and file)."""
+        if device not in self._baseline_docs:
+            self._baseline_docs[device] = baselines.load(self.baseline_path(device),
+                                                         platform_id=self.platform_id(device))
+        return self._baseline_docs[device]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -153,7 +160,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state: PerfSession = metafunc.config.stash[_STATE]
     pairs, platforms = metafunc.config.getoption("pair"), metafunc.config.getoption("platform")
     params = []
-    for combo in perf.combinations(state.matrix):
+    for combo in state.combinations:
         if (pairs and combo.pair not in pairs) or (platforms and combo.platform not in platforms):
             continue
         marks = [pytest.mark.perf]
@@ -183,8 +190,46 @@ def perf_session(request: pytest.FixtureRequest) -> PerfSession:
     return request.config.stash[_STATE]
 
 
-def run_gate(session: PerfSession, combo: perf.Combination, benchmark: Any) -> None:
+def run_gate(session: PerfSession, combo: Combination, benchmark: Any) -> None:
     """Measure one combination and apply the gates (or stage its new baseline)."""
+    baseline = _baseline_or_skip(session, combo)
+    if (session.config.getoption("perf_plant_slowdown") and session.config.getoption("perf_plant_into") == "draft"
+            and combo.mode != ASSISTED):
+        pytest.skip(f"{combo.id}: --perf-plant-into draft: this combination has no draft model ({combo.mode})")
+    runner = Runner(session.matrix, combo, session.models_for(combo), session.settings)
+    if baseline is not None and not session.updating:
+        try:
+            check_comparable(runner, baseline)
+        except BaselineMismatchError as exc:
+            pytest.fail(f"{exc} (then review and commit {session.baseline_path(combo.device)})", pytrace=False)
+    _measure(session, runner, benchmark)
+    result = _result(session, runner)
+    if session.updating:
+        record = runner.baseline_record(git_commit())
+        session.staged[combo.id] = record
+        result.update(verdict="baseline staged", tolerance=record["tolerance"])
+        verdict = None
+    else:
+        verdict = evaluate(runner, baseline)
+        if session.config.getoption("perf_confirm") == "on":
+            verdict = confirm(runner, baseline, verdict)
+        result.update(verdict=verdict.outcome, decisions={m: d.as_dict() for m, d in verdict.decisions.items()},
+                      exact=None if verdict.exact is None else verdict.exact.verdict, notes=verdict.notes,
+                      rounds=verdict.rounds)
+    for name in METRICS:  # after evaluate: includes any extra rounds
+        result[name] = list(runner.samples.metric(name))
+    session.results.append(result)
+    if benchmark is not None:
+        benchmark.extra_info.update({"combination": combo.id, "verdict": result["verdict"],
+                                     "acceptance_rate": result["acceptance_rate"],
+                                     **{f"{m}_samples": result[m] for m in METRICS}})
+    if verdict is not None:
+        _report(session, combo, verdict)
+
+
+def _baseline_or_skip(session: PerfSession, combo: Combination) -> dict[str, Any] | None:
+    """This combination's stored baseline; without one, fail or skip (--perf-missing-baseline)
+    unless baselines are being written."""
     path = session.baseline_path(combo.device)
     try:
         doc = session.baseline_doc(combo.device)
@@ -198,11 +243,11 @@ def run_gate(session: PerfSession, combo: perf.Combination, benchmark: Any) -> N
         if session.config.getoption("perf_missing_baseline") == "skip":
             pytest.skip(message)
         pytest.fail(message, pytrace=False)
+    return baseline
 
-    if (session.config.getoption("perf_plant_slowdown") and session.config.getoption("perf_plant_into") == "draft"
-            and combo.mode != perf.ASSISTED):
-        pytest.skip(f"{combo.id}: --perf-plant-into draft: this combination has no draft model ({combo.mode})")
-    runner = perf.Runner(session.matrix, combo, session.models_for(combo), session.settings)
+
+def _measure(session: PerfSession, runner: Runner, benchmark: Any) -> None:
+    """Warm up, then the first rounds (all of the cap when writing a baseline)."""
     runner.warmup()
     rounds = session.settings.rounds if not session.updating else session.settings.max_rounds
     if benchmark is not None:
@@ -211,41 +256,21 @@ def run_gate(session: PerfSession, combo: perf.Combination, benchmark: Any) -> N
     while runner.samples.rounds() < rounds:
         runner.round()
 
-    result: dict[str, Any] = {"combination": combo.id, "platform": session.platform_id(combo.device)}
-    for name in perf.METRICS:
-        result[name] = runner.samples.metric(name)
+
+def _result(session: PerfSession, runner: Runner) -> dict[str, Any]:
+    """The combination's entry of results.json, before its verdict."""
     counters = runner.exact_counters() or runner.samples.counters[0]
     drafted = sum(c["drafted"] for c in counters.values())
-    result["acceptance_rate"] = (sum(c["accepted"] for c in counters.values()) / drafted) if drafted else None
-    if session.updating:
-        record = runner.baseline_record(perf.git_commit())
-        session.staged[combo.id] = record
-        result["verdict"] = "baseline staged"
-        result["tolerance"] = record["tolerance"]
-    else:
-        verdict = perf.evaluate(runner, baseline)
-        if session.config.getoption("perf_confirm") == "on":
-            verdict = perf.confirm(runner, baseline, verdict)
-        result["verdict"] = verdict.outcome
-        result["decisions"] = {m: d.as_dict() for m, d in verdict.decisions.items()}
-        result["exact"] = None if verdict.exact is None else verdict.exact.verdict
-        result["notes"] = verdict.notes
-        result["rounds"] = verdict.rounds
-    for name in perf.METRICS:  # after evaluate: includes any extra rounds
-        result[name] = list(runner.samples.metric(name))
-    session.results.append(result)
-    if benchmark is not None:
-        benchmark.extra_info.update({"combination": combo.id, "verdict": result["verdict"],
-                                     "acceptance_rate": result["acceptance_rate"],
-                                     **{f"{m}_samples": result[m] for m in perf.METRICS}})
-    if session.updating:
-        return
-    message = verdict.message(session.platform_id(combo.device), str(path))
+    return {"combination": runner.combo.id, "platform": session.platform_id(runner.combo.device),
+            "acceptance_rate": (sum(c["accepted"] for c in counters.values()) / drafted) if drafted else None}
+
+
+def _report(session: PerfSession, combo: Combination, verdict: Verdict) -> None:
+    """Fail on a regression; warn (or fail, --perf-undecided fail) on an undecided metric."""
+    message = verdict.message(session.platform_id(combo.device), str(session.baseline_path(combo.device)))
     if verdict.failed or (verdict.undecided and session.config.getoption("perf_undecided") == "fail"):
         pytest.fail(message, pytrace=False)
     if verdict.undecided:
-        import warnings
-
         warnings.warn(PerfUndecidedWarning(message + "\n(--perf-undecided=fail makes this a failure)"))
 
 
@@ -265,7 +290,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     by_device: dict[str, dict[str, Any]] = {}
     for cid, record in state.staged.items():
-        combo = next(c for c in perf.combinations(state.matrix) if c.id == cid)
+        combo = next(c for c in state.combinations if c.id == cid)
         by_device.setdefault(combo.device, {})[cid] = record
     lines = []
     for device, records in by_device.items():

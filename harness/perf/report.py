@@ -4,12 +4,10 @@ summary.md and speedup.png (plain against assisted tokens/s, with the speedup, p
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 
 from harness import __version__
 from harness.core import descriptive, jsonio
@@ -47,15 +45,11 @@ def summary_lines(results: list[dict[str, Any]]) -> list[str]:
 
 
 @cache
-def _validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
-
-
 def write_all(results: list[dict[str, Any]], directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     doc = {"schema_version": 1, "harness_version": __version__,
            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "results": results}
-    jsonio.validate(doc, _validator(), f"perf results for {directory}", ResultsError)
+    jsonio.validate(doc, SCHEMA, f"perf results for {directory}", ResultsError)
     jsonio.atomic_write_text(directory / "results.json", jsonio.dumps(doc, str(directory), ResultsError))
     rows = [_row(r) for r in results]
     md = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)] + ["| " + " | ".join(r) + " |" for r in rows]

@@ -65,10 +65,43 @@ class FrameDenied(ValueError):
 
 def _make_hook(workdir: str, stdlib_dirs: tuple, get_ident):
     """The audit hook. It holds no secret: it only decides what untrusted code may do."""
+    # Each check is a closure built before untrusted code runs and held only in the hook's closure
+    # cells, with its state (the threads inside the hook, the last .pyc opened): untrusted code has
+    # no reference through which to reach or replace them.
     busy = set()
-    last_pyc = [None]
-    realpath, fspath, isinstance_, str_, bytes_, int_ = os.path.realpath, os.fspath, isinstance, str, bytes, int
     inside = workdir.rstrip("/") + "/"
+    under, resolve = _path_tests()
+    check_import = _import_check(stdlib_dirs, under, resolve)
+    check_open, check_marshal = _open_and_marshal_checks(inside, stdlib_dirs, under, resolve)
+    check_path_event = _path_event_check(inside, under, resolve)
+
+    def hook(event, args):
+        ident = get_ident()
+        if ident in busy:  # an event raised by the hook's own work (its open of a .pyc)
+            return
+        busy.add(ident)
+        try:
+            if event in _DENIED_EVENTS or event.startswith(("ctypes.", "socket.")):
+                if event == "sys._getframe":
+                    raise FrameDenied("sandbox: frame introspection is not allowed")
+                raise SandboxDenied(f"sandbox: {event} is not allowed")
+            if event == "import":
+                check_import(args)
+            elif event == "open":
+                check_open(args)
+            elif event == "marshal.loads":
+                check_marshal(args)
+            elif event in _PATH_EVENTS:
+                check_path_event(event, args)
+        finally:
+            busy.discard(ident)
+
+    return hook
+
+
+def _path_tests():
+    """(under, resolve): path tests over os and builtins functions captured before untrusted code runs."""
+    realpath, fspath, isinstance_, str_, bytes_ = os.path.realpath, os.fspath, isinstance, str, bytes
 
     def under(path, root):
         return path == root.rstrip("/") or path.startswith(root)
@@ -82,67 +115,77 @@ def _make_hook(workdir: str, stdlib_dirs: tuple, get_ident):
             p = p.decode("utf-8", "surrogateescape")
         return realpath(p) if isinstance_(p, str_) else None
 
+    return under, resolve
+
+
+def _import_check(stdlib_dirs: tuple, under, resolve):
+    """The "import" check: no denied module, and no module file from outside the standard library."""
+
+    def check_import(args):
+        name, filename = args[0], args[1]
+        if name.split(".")[0] in _DENIED_IMPORTS:
+            raise SandboxDenied(f"sandbox: import of {name} is not allowed")
+        if filename is not None:
+            real = resolve(filename)
+            if real is None or not any(under(real, d) for d in stdlib_dirs):
+                raise SandboxDenied(f"sandbox: loading {name} from {filename} is not allowed")
+
+    return check_import
+
+
+def _open_and_marshal_checks(inside: str, stdlib_dirs: tuple, under, resolve):
+    """The "open" and "marshal.loads" checks, which share the last standard library .pyc opened:
+    marshal.loads is allowed only for that file's exact bytes (no crafted code objects)."""
+    last_pyc = [None]
+    isinstance_, str_, bytes_, int_ = isinstance, str, bytes, int
+
+    def check_open(args):
+        path, mode, flags = args
+        if isinstance_(path, int_):
+            return
+        real = resolve(path)
+        if real is None:
+            raise SandboxDenied("sandbox: open of this path is not allowed")
+        if under(real, "/proc/") or under(real, "/sys/") or (
+                under(real, "/dev/") and real not in ("/dev/null", "/dev/zero", "/dev/urandom")):
+            raise SandboxDenied(f"sandbox: open of {real} is not allowed")
+        if isinstance_(flags, int_) and flags & _WRITE_FLAGS or (mode and any(c in str_(mode) for c in "wax+")):
+            if not under(real, inside):
+                raise SandboxDenied(f"sandbox: writing {real} (outside the working directory) is not allowed")
+        last_pyc[0] = real if real.endswith(".pyc") and any(under(real, d) for d in stdlib_dirs) else None
+
+    def check_marshal(args):
+        pyc, last_pyc[0] = last_pyc[0], None
+        data = args[0]
+        if pyc is None:
+            raise SandboxDenied("sandbox: marshal.loads is not allowed")
+        with open(pyc, "rb") as fh:
+            if fh.read()[16:] != bytes_(data):
+                raise SandboxDenied("sandbox: marshal.loads of crafted data is not allowed")
+
+    return check_open, check_marshal
+
+
+def _path_event_check(inside: str, under, resolve):
+    """The check of events that name paths: every path inside the working directory, and no
+    directory descriptor that paths could be relative to."""
+    isinstance_, str_, bytes_, int_ = isinstance, str, bytes, int
+
     def check_path(event, p):
         real = resolve(p)
         if real is None or not under(real, inside):
             raise SandboxDenied(f"sandbox: {event} outside the working directory is not allowed")
 
-    def hook(event, args):
-        ident = get_ident()
-        if ident in busy:
-            return
-        busy.add(ident)
-        try:
-            if event in _DENIED_EVENTS or event.startswith(("ctypes.", "socket.")):
-                if event == "sys._getframe":
-                    raise FrameDenied("sandbox: frame introspection is not allowed")
-                raise SandboxDenied(f"sandbox: {event} is not allowed")
-            if event == "import":
-                name, filename = args[0], args[1]
-                if name.split(".")[0] in _DENIED_IMPORTS:
-                    raise SandboxDenied(f"sandbox: import of {name} is not allowed")
-                if filename is not None:
-                    real = resolve(filename)
-                    if real is None or not any(under(real, d) for d in stdlib_dirs):
-                        raise SandboxDenied(f"sandbox: loading {name} from {filename} is not allowed")
-                return
-            if event == "open":
-                path, mode, flags = args
-                if isinstance_(path, int_):
-                    return
-                real = resolve(path)
-                if real is None:
-                    raise SandboxDenied("sandbox: open of this path is not allowed")
-                if under(real, "/proc/") or under(real, "/sys/") or (
-                        under(real, "/dev/") and real not in ("/dev/null", "/dev/zero", "/dev/urandom")):
-                    raise SandboxDenied(f"sandbox: open of {real} is not allowed")
-                if isinstance_(flags, int_) and flags & _WRITE_FLAGS or (mode and any(c in str_(mode) for c in "wax+")):
-                    if not under(real, inside):
-                        raise SandboxDenied(f"sandbox: writing {real} (outside the working directory) is not allowed")
-                last_pyc[0] = real if real.endswith(".pyc") and any(under(real, d) for d in stdlib_dirs) else None
-                return
-            if event == "marshal.loads":
-                # only the exact bytes of the standard library .pyc being imported (no crafted code objects)
-                pyc, last_pyc[0] = last_pyc[0], None
-                data = args[0]
-                if pyc is None:
-                    raise SandboxDenied("sandbox: marshal.loads is not allowed")
-                with open(pyc, "rb") as fh:
-                    if fh.read()[16:] != bytes_(data):
-                        raise SandboxDenied("sandbox: marshal.loads of crafted data is not allowed")
-                return
-            if event in _PATH_EVENTS:
-                for a in args:
-                    if isinstance_(a, (str_, bytes_)) or hasattr(a, "__fspath__"):
-                        check_path(event, a)
-                    elif isinstance_(a, int_) and a not in (-1,) and event not in ("os.chmod", "os.chown", "os.mkdir",
-                                                                                  "os.mkfifo", "os.mknod", "os.lockf",
-                                                                                  "os.truncate", "os.utime"):
-                        raise SandboxDenied(f"sandbox: {event} relative to a directory descriptor is not allowed")
-        finally:
-            busy.discard(ident)
+    def check_path_event(event, args):
+        for a in args:
+            if isinstance_(a, (str_, bytes_)) or hasattr(a, "__fspath__"):
+                check_path(event, a)
+            elif isinstance_(a, int_) and a not in (-1,) and event not in ("os.chmod", "os.chown", "os.mkdir",
+                                                                          "os.mkfifo", "os.mknod", "os.lockf",
+                                                                          "os.truncate", "os.utime"):
+                raise SandboxDenied(f"sandbox: {event} relative to a directory descriptor is not allowed")
 
-    return hook
+    return check_path_event
 
 
 def _stdlib_dirs() -> tuple:
@@ -169,13 +212,35 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 
 def main() -> None:
+    """Run the job; write the pass token only when every unit and the final call ran to the end."""
+    # Captured before untrusted code runs: a program that replaced os.write would see the token.
     write, exit_, get_ident = os.write, os._exit, __import__("_thread").get_ident
     job_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
-    raw = _read_all(job_fd)
-    os.close(job_fd)
-    job = json.loads(raw)
-    del raw
+    job = _read_job(job_fd)
+    # The secret stays a local of this frame: no helper is given it, and the hook refuses frame access.
     secret = job.pop("secret").encode("ascii")
+    fail = _fail_writer(write, exit_, result_fd)
+    _apply_rlimits(job.get("rlimits", {}))
+    units = _compile_units(job["units"], fail)
+    call, workdir, audit_policy = job.get("call"), job["workdir"], job.get("audit_policy", True)
+    del job
+
+    pristine = dict(builtins.__dict__)
+    _lock_down(workdir, audit_policy, get_ident)
+    _run_units(units, call, pristine, fail)
+    write(result_fd, b"PASS " + secret + b"\n")
+    exit_(0)
+
+
+def _read_job(job_fd: int) -> dict:
+    """The job, read to EOF from its pipe, which is closed before any untrusted code runs."""
+    raw = _read_all(job_fd)  # holds the secret; released with this frame
+    os.close(job_fd)
+    return json.loads(raw)
+
+
+def _fail_writer(write, exit_, result_fd: int):
+    """fail(reason): write a one-line FAIL to the result pipe and exit 1, over os functions captured early."""
 
     def fail(reason: str) -> None:
         try:
@@ -183,31 +248,40 @@ def main() -> None:
         finally:
             exit_(1)
 
-    for name, (soft, hard) in job.get("rlimits", {}).items():
+    return fail
+
+
+def _apply_rlimits(rlimits: dict) -> None:
+    """Set the job's resource limits (soft, hard) before any unit is compiled or run."""
+    for name, (soft, hard) in rlimits.items():
         resource.setrlimit(getattr(resource, name), (soft, hard))
 
-    units = []
-    for name, source, trusted in job["units"]:
+
+def _compile_units(units: list, fail) -> list:
+    """Compile every unit on its own before any runs, so a completion cannot swallow the tests."""
+    compiled = []
+    for name, source, trusted in units:
         try:
-            units.append((name, compile(source, f"<{name}>", "exec", dont_inherit=True), bool(trusted)))
+            compiled.append((name, compile(source, f"<{name}>", "exec", dont_inherit=True), bool(trusted)))
         except (SyntaxError, ValueError) as exc:  # ValueError: null bytes in the source
             fail(f"{name}: {type(exc).__name__}: {exc}")
-    call = job.get("call")
-    workdir = job["workdir"]
-    audit_policy = job.get("audit_policy", True)
-    del job
+    return compiled
 
-    pristine = dict(builtins.__dict__)
+
+def _lock_down(workdir: str, audit_policy: bool, get_ident) -> None:
+    """Drop the signal modules from sys.modules and install the audit hook (unless the job turned it off)."""
     for mod in ("_signal", "signal"):
         sys.modules.pop(mod, None)
     if audit_policy:
         sys.addaudithook(_make_hook(workdir, _stdlib_dirs(), get_ident))
 
+
+def _run_units(units: list, call, pristine: dict, fail) -> None:
+    """Run the units in order in one namespace, then check(entry_point); any failure ends the process."""
     namespace = {"__name__": "__main__", "__builtins__": builtins}
-    trusted_ns = None
     try:
         for name, code, trusted in units:
-            if trusted:
+            if trusted:  # trusted units see the builtins as they were before untrusted code ran
                 trusted_ns = dict(namespace)
                 trusted_ns["__builtins__"] = dict(pristine)
                 exec(code, trusted_ns)
@@ -229,8 +303,6 @@ def main() -> None:
             fail(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
         except BaseException:  # a hostile __str__
             fail(type(exc).__name__)
-    write(result_fd, b"PASS " + secret + b"\n")
-    exit_(0)
 
 
 if __name__ == "__main__":

@@ -341,42 +341,54 @@ def run_program(units: Sequence[tuple[str, str, bool]], *, call: tuple[str, str]
     job = json.dumps({"secret": secret, "units": [list(u) for u in units], "call": list(call) if call else None,
                       "rlimits": limits.rlimits(), "workdir": str(work),
                       "audit_policy": audit_policy}).encode()
+    prefix = _containment_prefix(backend, work)
+    run = _run_child(prefix, job, root, work, limits)
+    status, result, details = _verdict(run, secret, wrapped=bool(prefix))
+    details["pids_cgroup"] = _pids_cgroup_root() is not None
+    return SandboxResult(status=status, result=result, returncode=run.returncode, duration_s=run.duration_s,
+                         backend=backend, stdout=run.stdout, stderr=run.stderr, output_truncated=run.truncated,
+                         details=details)
+
+
+@dataclass(frozen=True)
+class _ChildRun:
+    """What one finished child left: exit status, timing, the bytes on its result pipe, its output."""
+    returncode: int
+    timed_out: bool
+    duration_s: float
+    verdict: bytes
+    stdout: str
+    stderr: str
+    truncated: bool
+
+
+def _containment_prefix(backend: str, work: Path) -> list[str]:
+    """The command line that puts the child inside the backend's namespaces (empty for `none`)."""
+    if backend == "bwrap":
+        return _bwrap_prefix(str(work), user_ns=_available("bwrap")[2])
+    if backend == "unshare":
+        return _unshare_prefix(str(work))
+    return []
+
+
+def _run_child(prefix: list[str], job: bytes, root: Path, work: Path, limits: Limits) -> _ChildRun:
+    """Run the child with the job on one pipe and its verdict on another; always kill what is left
+    of the run, close the pipes and remove `root`."""
     job_r, job_w = os.pipe()
     res_r, res_w = os.pipe()
-    prefix = {"bwrap": lambda: _bwrap_prefix(str(work), user_ns=_available("bwrap")[2]),
-              "unshare": lambda: _unshare_prefix(str(work)), "none": lambda: []}[backend]()
     cgroup = _PidsCgroup(limits.processes)
     cmd = cgroup.wrap([*prefix, sys.executable, "-I", "-S", "-B", str(CHILD), str(job_r), str(res_w)])
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(work), "TMPDIR": str(work)}
     start = time.perf_counter()
-    timed_out = False
     try:
-        with open(root / "stdout", "wb") as out, open(root / "stderr", "wb") as err:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=work, env=env,
-                                    pass_fds=(job_r, res_w), start_new_session=True)
+        proc = _start_child(cmd, root, work, pass_fds=(job_r, res_w))
         os.close(job_r)
         os.close(res_w)
         job_r = res_w = -1
-        try:
-            _write_all(job_w, job)
-        except BrokenPipeError:
-            pass
-        finally:
-            os.close(job_w)
-            job_w = -1
-        try:
-            proc.wait(timeout=limits.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        _kill_group(proc.pid)  # a timeout, or background processes left in the group
-        cgroup.kill_all()      # and any that left the group (setsid), where a cgroup exists
-        proc.wait()
+        sending, job_w = job_w, -1  # _send_job closes it, whatever happens
+        _send_job(sending, job)
+        timed_out = _wait_and_reap(proc, limits.timeout_s, cgroup)
         duration = time.perf_counter() - start
-        os.set_blocking(res_r, False)
-        try:
-            verdict = os.read(res_r, 4096)
-        except BlockingIOError:
-            verdict = b""
+        verdict = _read_verdict(res_r)
         stdout, cut_out = _read_capped(root / "stdout", limits.output_bytes)
         stderr, cut_err = _read_capped(root / "stderr", limits.output_bytes)
     finally:
@@ -386,30 +398,71 @@ def run_program(units: Sequence[tuple[str, str, bool]], *, call: tuple[str, str]
                 os.close(fd)
         os.close(res_r)
         shutil.rmtree(root, ignore_errors=True)
+    return _ChildRun(returncode=proc.returncode, timed_out=timed_out, duration_s=duration, verdict=verdict,
+                     stdout=stdout, stderr=stderr, truncated=cut_out or cut_err)
 
+
+def _start_child(cmd: list[str], root: Path, work: Path, pass_fds: tuple[int, int]) -> subprocess.Popen:
+    """Start the child in its own session with a scrubbed environment, stdin /dev/null and its
+    stdout/stderr in files under `root` (the file-size rlimit caps them)."""
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(work), "TMPDIR": str(work)}
+    with open(root / "stdout", "wb") as out, open(root / "stderr", "wb") as err:
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=work, env=env,
+                                pass_fds=pass_fds, start_new_session=True)
+
+
+def _send_job(fd: int, job: bytes) -> None:
+    """Write the job to the child's pipe and close it; a child that died before reading it fails on its own."""
+    try:
+        _write_all(fd, job)
+    except BrokenPipeError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _wait_and_reap(proc: subprocess.Popen, timeout_s: float, cgroup: _PidsCgroup) -> bool:
+    """Wait up to the time limit, then kill every process of the run; True when it timed out."""
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    _kill_group(proc.pid)  # a timeout, or background processes left in the group
+    cgroup.kill_all()      # and any that left the group (setsid), where a cgroup exists
+    proc.wait()
+    return timed_out
+
+
+def _read_verdict(res_r: int) -> bytes:
+    """What the child wrote to its result pipe, read without blocking: a process that escaped the
+    kill may still hold the write end open."""
+    os.set_blocking(res_r, False)
+    try:
+        return os.read(res_r, 4096)
+    except BlockingIOError:
+        return b""
+
+
+def _verdict(run: _ChildRun, secret: str, *, wrapped: bool) -> tuple[str, str, dict[str, Any]]:
+    """(status, result, details) of a finished run: passed only with this run's exact token and exit 0."""
     details: dict[str, Any] = {}
-    if timed_out:
-        status, result = TIMED_OUT, TIMED_OUT
-    elif verdict == f"PASS {secret}\n".encode() and proc.returncode == 0:
-        status, result = PASSED, PASSED
-    else:
-        reason, sig = _explain_exit(proc.returncode, wrapped=bool(prefix))
-        if sig is not None:
-            details["signal"] = _signal_name(sig)
-        if sig == signal.SIGXCPU:
-            status, result = TIMED_OUT, TIMED_OUT
-            details["reason"] = "CPU time limit (SIGXCPU)"
-        else:
-            lines = verdict.decode("utf-8", "replace").splitlines()
-            if len(lines) == 1 and lines[0].startswith("FAIL ") and sig is None:
-                reason = lines[0][5:]
-            elif verdict.startswith(b"PASS "):
-                reason = "a forged or incomplete pass token (the tests did not finish)"
-            status, result = FAILED, f"failed: {reason}"
-    details["pids_cgroup"] = _pids_cgroup_root() is not None
-    return SandboxResult(status=status, result=result, returncode=proc.returncode, duration_s=duration,
-                         backend=backend, stdout=stdout, stderr=stderr, output_truncated=cut_out or cut_err,
-                         details=details)
+    if run.timed_out:
+        return TIMED_OUT, TIMED_OUT, details
+    if run.verdict == f"PASS {secret}\n".encode() and run.returncode == 0:
+        return PASSED, PASSED, details
+    reason, sig = _explain_exit(run.returncode, wrapped=wrapped)
+    if sig is not None:
+        details["signal"] = _signal_name(sig)
+    if sig == signal.SIGXCPU:
+        details["reason"] = "CPU time limit (SIGXCPU)"
+        return TIMED_OUT, TIMED_OUT, details
+    lines = run.verdict.decode("utf-8", "replace").splitlines()
+    if len(lines) == 1 and lines[0].startswith("FAIL ") and sig is None:
+        reason = lines[0][5:]
+    elif run.verdict.startswith(b"PASS "):
+        reason = "a forged or incomplete pass token (the tests did not finish)"
+    return FAILED, f"failed: {reason}", details
 
 
 def _write_all(fd: int, data: bytes) -> None:

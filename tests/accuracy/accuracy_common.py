@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator, Sequence
 from functools import cache, lru_cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.core import models, registry
-from harness.core.errors import HarnessError
+from harness.core.errors import ModelNotFetchedError, ModelUnavailableError
 
 RESULTS = Path(os.environ.get("HARNESS_ACCURACY_RESULTS", "results/accuracy"))
 
@@ -20,12 +23,29 @@ def matrix() -> registry.Matrix:
     return registry.load_matrix()
 
 
+@contextlib.contextmanager
+def skip_if_model_missing() -> Iterator[None]:
+    """Skip, with the message (it says what to run), when a model is not fetched or cannot be had
+    here. Every other error propagates and fails the test: a corrupted model or data file
+    (IntegrityError, a bad samples file) is a finding, not a missing prerequisite."""
+    try:
+        yield
+    except (ModelNotFetchedError, ModelUnavailableError) as exc:
+        pytest.skip(str(exc))
+
+
 @lru_cache(maxsize=2)  # the current pair's target and draft; earlier models are released (24 GiB here)
 def load(name: str, precision: str) -> models.LoadedModel:
-    try:
+    with skip_if_model_missing():
         return models.load(matrix().model(name), precision)
-    except HarnessError as exc:  # not fetched, no hub: say what to run
-        pytest.skip(str(exc))
+
+
+def humaneval_rows(plain: Sequence[dict[str, Any]], assisted: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The evaluated rows of both arms for a results file: each says its arm and keeps its completion,
+    so a reader can tell the arms apart and re-check any row with a HumanEval evaluator."""
+    return [{"task_id": r["task_id"], "arm": arm, "completion": r["completion"], "passed": r["passed"],
+             "result": r["result"]}
+            for arm, rows in (("plain", plain), ("assisted", assisted)) for r in rows]
 
 
 def save(name: str, doc: dict) -> Path:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from harness.accuracy import equivalence as eq
-from harness.core import prompts
-from harness.core.generate import measure_generation, ASSISTED, DecodeSettings, PROMPT_LOOKUP
+from harness.core import decode, prompts
+from harness.core.generate import ASSISTED, PROMPT_LOOKUP, measure_generation
 from accuracy_common import load, matrix, save
 
 pytestmark = [pytest.mark.accuracy, pytest.mark.real]
@@ -50,8 +50,7 @@ def test_assisted_equals_plain(combo):
     draft = load(pair.draft, dp) if dp else None
     prompt_set = m.prompt_set(pair.prompt_set)
     mode = ASSISTED if draft else PROMPT_LOOKUP
-    settings = DecodeSettings(max_new_tokens=max_new, num_assistant_tokens=pair.num_assistant_tokens,
-                              prompt_lookup_ngram=m.defaults.prompt_lookup_ngram)
+    settings = decode.for_pair(pair, max_new_tokens=max_new, prompt_lookup_ngram=m.defaults.prompt_lookup_ngram)
     results, texts = [], {}
     for p in prompts.load_prompts(prompt_set, target.tokenizer):
         ids = prompts.encode(p, target.tokenizer, chat_template=prompt_set.chat_template)

@@ -13,7 +13,7 @@ import pytest
 
 from harness.accuracy import baselines as accuracy_baselines
 from harness.accuracy import humaneval
-from accuracy_common import matrix, save
+from accuracy_common import humaneval_rows, matrix, save, skip_if_model_missing
 
 pytestmark = [pytest.mark.accuracy, pytest.mark.real]
 
@@ -32,11 +32,9 @@ def run(tmp_path, selection: str) -> None:
     for assisted in (False, True):
         config = humaneval.build_generate_config(m, PAIR, assisted=assisted, target_precision=TP,
                                                  draft_precision=DP, max_new_tokens=base["max_new_tokens"])
-        try:
+        with skip_if_model_missing():
             gen = humaneval.generate(m, config, tmp_path / f"{'assisted' if assisted else 'plain'}.jsonl",
                                      task_ids=base["task_ids"], progress=False)
-        except humaneval.HarnessError as exc:
-            pytest.skip(str(exc))
         ev = humaneval.evaluate(gen.out, allow=True, workers=2)
         out["assisted" if assisted else "plain"] = (gen, ev)
     (pg, pe), (ag, ae) = out["plain"], out["assisted"]
@@ -55,7 +53,7 @@ def run(tmp_path, selection: str) -> None:
     print("\n" + "\n".join(lines + [summary]))
     save(f"humaneval-{selection}", {"name": name, "plain_pass_at_1": pe.pass_at[1], "assisted_pass_at_1": ae.pass_at[1],
                                     "plain_tokens_per_sec": pg.tokens_per_sec, "assisted_tokens_per_sec": ag.tokens_per_sec,
-                                    "rows": [{k: r[k] for k in ("task_id", "passed", "result")} for r in pe.rows + ae.rows]})
+                                    "rows": humaneval_rows(pe.rows, ae.rows)})
     assert abs(pe.pass_at[1] - base["plain_pass_at_1"]) <= base["tolerance"] + 1e-9, summary
     assert abs(ae.pass_at[1] - base["assisted_pass_at_1"]) <= base["tolerance"] + 1e-9, summary
     # where completions differ (bf16 near-ties), assisted may solve a different set: the same tolerance

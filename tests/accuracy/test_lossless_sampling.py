@@ -9,7 +9,7 @@ import pytest
 
 from harness.core import prompts
 from harness.accuracy import sampling
-from harness.core.generate import DecodeSettings
+from harness.core.decode import DecodeSettings
 from accuracy_common import load, matrix
 
 # slow: 2 x 300 generate calls per setting took over 10 minutes per setting on the shared 2-core machine

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from harness.cli.options import parse_ks
+from harness.core.platform import device_available
 from harness.core.report import read_json
 from tiny_models import write_local_matrix
 
@@ -68,7 +69,6 @@ def test_bench_prompt_lookup_and_fixed_length_task(tiny_matrix, tmp_path):
     (["bench", "--schedule", "fast"], "argument --schedule: invalid choice"),
     (["bench", "--task", "chat"], "argument --task: invalid choice"),
     (["bench", "--platform", "tpu"], "Unknown platform 'tpu'"),
-    (["bench", "--platform", "cuda"], "--platform cuda: no CUDA device"),
     (["bench", "--pair", "smollm2-135m+lookup", "--draft-precision", "bf16"], "has no effect with prompt-lookup"),
 ])
 def test_bad_options_name_the_option(args, message, tmp_path):
@@ -76,6 +76,29 @@ def test_bad_options_name_the_option(args, message, tmp_path):
     assert r.returncode == 2
     assert message in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_platform_cuda_follows_this_machine(tmp_path):
+    r = cli("bench", "--pair", "smollm2-135m+self", "--platform", "cuda", env={"HARNESS_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    if reason := device_available("cuda"):
+        assert f"error: --platform cuda: {reason}" in r.stderr
+    else:  # the device check passes; the run stops at the model, which this empty cache lacks
+        assert "no CUDA device" not in r.stderr
+        assert "model 'smollm2-135m-instruct' is not fetched" in r.stderr
+
+
+def test_quantization_the_model_cannot_take_is_one_line(tiny_matrix, tmp_path):
+    # int4 needs in_features divisible by its group size (128); the tiny target's are 64
+    r = cli("--matrix", str(tiny_matrix), "bench", "--plain", "--no-progress", "--target-precision", "w4abf16-rtn",
+            env={"HARNESS_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and r.stderr.rstrip().endswith(errors[0])
+    assert errors[0].startswith("error: model 'tiny-target' at precision w4abf16-rtn: layer ")
+    assert "in_features 64 is not a multiple of group_size 128" in errors[0]
 
 
 def test_unfetched_model_gives_the_fetch_command(tmp_path):

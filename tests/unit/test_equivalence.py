@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from harness.accuracy import equivalence as eq
-from harness.core.generate import measure_generation, DecodeSettings
+from harness.core.decode import DecodeSettings
+from harness.core.generate import measure_generation
 from tiny_models import perturbed, prompt, tiny_model, word_tokenizer
 
 SETTINGS = DecodeSettings(max_new_tokens=24, num_assistant_tokens=4)

@@ -1,4 +1,4 @@
-"""perf.confirm: a statistical FAIL is re-measured once; it stays a FAIL only if the second,
+"""confirm: a statistical FAIL is re-measured once; it stays a FAIL only if the second,
 independent measurement fails too. Rounds come from a script (a burst of contention, then a
 quiet machine; or a real regression throughout), so the outcome is deterministic."""
 
@@ -7,19 +7,20 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-from harness.perf import gate as perf
+from harness.perf.runner import METRICS, Samples
+from harness.perf.verdict import Verdict, confirm, evaluate
 from harness.perf import stats
 
 SETTINGS = SimpleNamespace(rounds=8, batch=8, max_rounds=16, looks=lambda: 2, tolerance_override=None)
 
 
 class ScriptedRunner:
-    """The part of perf.Runner that evaluate/confirm use; round() takes the next scripted level."""
+    """The part of Runner that evaluate/confirm use; round() takes the next scripted level."""
 
     def __init__(self, levels: list[float], seed: int = 0):
         self.combo = SimpleNamespace(id="pair:bf16+w8af32:cpu:greedy:k6", decoding="sampled")
         self.settings = SETTINGS
-        self.samples = perf.Samples()
+        self.samples = Samples()
         self.levels, self.rng = list(levels), random.Random(seed)
 
     def round(self) -> None:
@@ -40,7 +41,7 @@ class ScriptedRunner:
 
 def baseline() -> dict:
     rng = random.Random(42)
-    doc = {"exact": None, "tolerance": {m: 0.1 for m in perf.METRICS}}
+    doc = {"exact": None, "tolerance": {m: 0.1 for m in METRICS}}
     plain = [10 * rng.lognormvariate(0, 0.03) for _ in range(16)]
     assisted = [20 * rng.lognormvariate(0, 0.03) for _ in range(16)]
     for name, values in (("plain_tokens_per_sec", plain), ("assisted_tokens_per_sec", assisted),
@@ -49,12 +50,12 @@ def baseline() -> dict:
     return doc
 
 
-def first_then_confirm(levels: list[float]) -> tuple[perf.Verdict, perf.Verdict]:
+def first_then_confirm(levels: list[float]) -> tuple[Verdict, Verdict]:
     runner = ScriptedRunner(levels)
     for _ in range(SETTINGS.rounds):
         runner.round()
-    first = perf.evaluate(runner, baseline())
-    return first, perf.confirm(runner, baseline(), first)
+    first = evaluate(runner, baseline())
+    return first, confirm(runner, baseline(), first)
 
 
 def test_a_burst_of_contention_is_undecided_not_failed():

@@ -8,7 +8,8 @@ import copy
 import pytest
 import torch
 
-from harness.core.generate import decode_metrics, measure_generation, DecodeSettings
+from harness.core.decode import DecodeSettings
+from harness.core.generate import decode_metrics, measure_generation
 from tiny_models import ARCHITECTURES, perturbed, prompt, tiny_model
 
 K = 4
@@ -97,7 +98,7 @@ def test_assistant_state_is_reset_between_runs(target):
     heuristic = DecodeSettings(max_new_tokens=40, num_assistant_tokens=K, schedule="heuristic")
     h = measure_generation(target, prompt(seed=5), heuristic, mode="assisted", assistant=draft)
     assert len(set(h.drafted_per_step[:-3])) > 1  # the heuristic schedule changes K as it goes
-    # the state transformers leaves on the assistant after such runs (FACTS.md)
+    # the state transformers leaves on the assistant after heuristic runs: K moved, threshold 0.4
     draft.generation_config.num_assistant_tokens = 1
     draft.generation_config.assistant_confidence_threshold = 0.4
     r = measure_generation(target, prompt(seed=5), SETTINGS, mode="assisted", assistant=draft)
@@ -118,7 +119,7 @@ def test_timings_are_consistent(target):
 
 
 def test_decode_metrics_definition():
-    # DESIGN.md: (total - prefill) / (new - 1) for plain decoding
+    # the reference's definition: (total - prefill) / (new - 1) for plain decoding
     assert decode_metrics(2.0, 0.5, 16, 1) == pytest.approx((1500 / 15, 15 / 1.5))
     # an assisted first pass that produced 4 tokens: those count with the prefill
     assert decode_metrics(2.0, 0.5, 16, 4)[0] == pytest.approx(1500 / 12)

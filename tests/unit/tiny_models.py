@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, OPTConfig, Qwen2Config
 
@@ -63,18 +66,31 @@ def word_tokenizer():
 def write_local_matrix(root, arch: str = "llama"):
     """Save a tiny target and draft (with tokenizer) under root and write a registry that names
     them as `local` models, with a JSONL prompt set. Returns the registry path."""
-    import json
-    from pathlib import Path
-
     root = Path(root)
+    _save_tiny_pair(root, arch)
+    _write_prompts(root / "prompts.jsonl")
+    (root / "matrix.toml").write_text(LOCAL_MATRIX_TOML)
+    return root / "matrix.toml"
+
+
+def _save_tiny_pair(root: Path, arch: str) -> None:
+    """Save a tiny target and a perturbed copy as its draft, each beside the word tokenizer."""
     tok = word_tokenizer()
     for name, model in (("target", tiny_model(arch, 0)), ("draft", perturbed(tiny_model(arch, 0), 0.5, 7))):
         model.save_pretrained(root / name)
         tok.save_pretrained(root / name)
+
+
+def _write_prompts(path: Path) -> None:
+    """Write three 10-word prompts over the tokenizer's vocabulary as JSONL (the `tiny-prompts` set)."""
     prompts = [{"id": f"p{i}", "text": " ".join(f"w{(i * 7 + j) % (VOCAB - 3) + 3}" for j in range(10))}
                for i in range(3)]
-    (root / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in prompts))
-    (root / "matrix.toml").write_text('''
+    path.write_text("".join(json.dumps(p) + "\n" for p in prompts))
+
+
+# The registry write_local_matrix writes: the saved pair as `local` models, a prompt-lookup pair on
+# the target, the JSONL, corpus and HumanEval prompt sets, the task mapping and a small CPU perf gate.
+LOCAL_MATRIX_TOML = '''
 schema_version = 1
 [defaults]
 pair = "tiny+draft"
@@ -137,5 +153,4 @@ pair = "tiny+lookup"
 precisions = ["fp32"]
 platforms = ["cpu"]
 decoding = ["greedy"]
-''')
-    return root / "matrix.toml"
+'''

@@ -1,0 +1,39 @@
+"""The interleave and the warm-up: one home for how arms share a machine fairly.
+
+Every measurement that compares arms (plain vs assisted in bench and the perf gate, planted
+slowdown levels in benchmarks/gate_power.py) runs them alternately in one process, in ABBA order:
+the arms in order on even rounds, reversed on odd ones. A machine that drifts during the run
+(another job starts, the clock steps down) then slows each arm as often first as last, and no
+arm is favoured. Before the first measured round each arm runs once briefly, so first-call costs
+(kernel selection, allocations, lazy imports) stay out of the numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from harness.core.decode import DecodeSettings
+
+T = TypeVar("T")
+
+WARMUP_TOKENS = 8
+
+
+def abba(arms: Sequence[T], round_index: int) -> list[T]:
+    """The arms in the order they run in round `round_index` (0-based)."""
+    return list(arms) if round_index % 2 == 0 else list(arms)[::-1]
+
+
+def warmup_settings(settings: DecodeSettings) -> DecodeSettings:
+    """A short run of the same kind: WARMUP_TOKENS new tokens (exactly, if the run is fixed-length)."""
+    return dataclasses.replace(settings, max_new_tokens=WARMUP_TOKENS,
+                               min_new_tokens=min(settings.min_new_tokens, WARMUP_TOKENS))
+
+
+def warm_up(arms: Sequence[T], run: Callable[[T, DecodeSettings], Any], settings: DecodeSettings) -> None:
+    """Run every arm once, briefly, before anything is measured."""
+    warm = warmup_settings(settings)
+    for arm in arms:
+        run(arm, warm)

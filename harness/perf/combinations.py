@@ -1,0 +1,85 @@
+"""The perf gate's combinations: pair x precisions x platform x decoding x K, from matrix.toml's
+[perf] table, with an id that reads well:
+    qwen-coder-1.5b+0.5b:bf16+w8af32-tensor:cpu:greedy:k6
+and the gate's settings (rounds, cap, tolerance floor, sampling) from the same table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.core.errors import RegistryError
+from harness.core.registry import Matrix
+
+
+@dataclass(frozen=True)
+class Combination:
+    pair: str
+    target_precision: str
+    draft_precision: str | None
+    platform: str
+    device: str
+    decoding: str  # greedy | sampled
+    k: int
+    mode: str  # assisted | prompt-lookup
+    slow: bool = False
+
+    @property
+    def precisions(self) -> str:
+        return self.target_precision + (f"+{self.draft_precision}" if self.draft_precision else "")
+
+    @property
+    def id(self) -> str:
+        return f"{self.pair}:{self.precisions}:{self.platform}:{self.decoding}:k{self.k}"
+
+    @property
+    def model_key(self) -> tuple[str, str, str | None, str]:
+        """Combinations with the same key share loaded models."""
+        return (self.pair, self.target_precision, self.draft_precision, self.device)
+
+
+def combinations(matrix: Matrix) -> list[Combination]:
+    out = []
+    for entry in matrix.perf["combinations"]:
+        pair = matrix.pair(entry["pair"])
+        for spec in entry["precisions"]:
+            target_p, _, draft_p = spec.partition("+")
+            for platform in entry["platforms"]:
+                for decoding in entry["decoding"]:
+                    out.append(Combination(pair=pair.name, target_precision=target_p, draft_precision=draft_p or None,
+                                           platform=platform, device=matrix.platform(platform).device,
+                                           decoding=decoding, k=pair.num_assistant_tokens, mode=pair.mode,
+                                           slow=entry.get("slow", False)))
+    ids = [c.id for c in out]
+    dup = next((i for i in ids if ids.count(i) > 1), None)
+    if dup:
+        raise RegistryError(f"{matrix.path}: perf.combinations: {dup} is listed twice; remove one of them")
+    return out
+
+
+@dataclass(frozen=True)
+class PerfSettings:
+    max_new_tokens: int
+    prompts: int
+    rounds: int
+    batch: int
+    max_rounds: int
+    drift_block: int
+    tolerance_floor: float
+    temperature: float
+    top_p: float
+    tolerance_override: float | None = None
+
+    @classmethod
+    def from_matrix(cls, matrix: Matrix, **overrides: Any) -> "PerfSettings":
+        p = matrix.perf
+        values = dict(max_new_tokens=p["max_new_tokens"], prompts=p["prompts"], rounds=p["rounds"],
+                      batch=p["batch"], max_rounds=p["max_rounds"], drift_block=p["drift_block"],
+                      tolerance_floor=p["tolerance_floor"],
+                      temperature=p["sampling"]["temperature"], top_p=p["sampling"]["top_p"])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def looks(self) -> int:
+        return 1 + max(0, -(-(self.max_rounds - self.rounds) // self.batch))

@@ -1,0 +1,188 @@
+"""Measuring one combination round by round, and what a baseline stores of it.
+
+A round runs every perf prompt once plain and once assisted, in ABBA order over rounds
+(harness/core/interleave.py), and yields one sample of plain tokens/s, assisted tokens/s and
+speedup (their ratio inside the round, so machine drift cancels out of it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import logging
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness import __version__
+from harness.core import decode, descriptive, interleave, models, prompts
+from harness.core.decode import DecodeSettings
+from harness.core.generate import ASSISTED, PLAIN, measure_generation
+from harness.core.record import GenerationResult
+from harness.core.registry import Matrix, PairSpec
+from harness.perf import stats
+from harness.perf.combinations import Combination, PerfSettings
+
+log = logging.getLogger(__name__)
+
+METRICS = ("speedup", "assisted_tokens_per_sec", "plain_tokens_per_sec")
+
+
+@dataclass
+class LoadedPair:
+    key: tuple[str, str, str | None, str]
+    target: models.LoadedModel
+    draft: models.LoadedModel | None
+
+
+class PlantedSlowdown:
+    """Makes every forward pass of a model `fraction` slower by spinning after it (the gate's own
+    check: `--perf-plant-slowdown`, benchmarks/gate_power.py). Spinning keeps the core busy, as
+    slower code would. `fraction` may change between rounds (one model load for every level)."""
+
+    def __init__(self, model: Any, fraction: float = 0.0):
+        self.fraction = fraction
+
+        def start(module: Any, args: Any) -> None:
+            module._planted_t0 = time.perf_counter()
+
+        def stop(module: Any, args: Any, output: Any) -> None:
+            until = time.perf_counter() + (time.perf_counter() - module._planted_t0) * self.fraction
+            while time.perf_counter() < until:
+                pass
+
+        model.register_forward_pre_hook(start)
+        model.register_forward_hook(stop)
+
+
+def load_pair(matrix: Matrix, combo: Combination, *, slowdown: float = 0.0, plant_into: str = "target") -> LoadedPair:
+    """The pair's models at the combination's precisions; `slowdown` plants a slower forward pass
+    into the target's or the draft's model (plant_into), to check the gate itself."""
+    pair = matrix.pair(combo.pair)
+    target = models.load(matrix.model(pair.target), combo.target_precision, combo.device)
+    draft = None
+    if combo.mode == ASSISTED:
+        assert pair.draft and combo.draft_precision
+        draft = models.load(matrix.model(pair.draft), combo.draft_precision, combo.device)
+    if slowdown:
+        victim = draft if plant_into == "draft" else target
+        if victim is None:
+            raise ValueError(f"{combo.id}: has no draft model to slow down (prompt lookup)")
+        log.warning("planting a %.0f%% slowdown into %s's forward pass", slowdown * 100,
+                    pair.draft if plant_into == "draft" else pair.target)
+        PlantedSlowdown(victim.model, slowdown)
+    return LoadedPair(combo.model_key, target, draft)
+
+
+@dataclass
+class Samples:
+    plain_tokens_per_sec: list[float] = field(default_factory=list)
+    assisted_tokens_per_sec: list[float] = field(default_factory=list)
+    speedup: list[float] = field(default_factory=list)
+    counters: list[dict[str, dict[str, int]]] = field(default_factory=list)  # per round: prompt -> counters
+
+    def rounds(self) -> int:
+        return len(self.speedup)
+
+    def metric(self, name: str) -> list[float]:
+        return getattr(self, name)
+
+
+class Runner:
+    """Measures one combination round by round."""
+
+    def __init__(self, matrix: Matrix, combo: Combination, loaded: LoadedPair, settings: PerfSettings):
+        self.combo, self.loaded, self.settings = combo, loaded, settings
+        pair: PairSpec = matrix.pair(combo.pair)
+        prompt_set = matrix.prompt_set(pair.prompt_set)
+        self.prompts = prompts.load_prompts(prompt_set, loaded.target.tokenizer, limit=settings.prompts)
+        self.inputs = [prompts.encode(p, loaded.target.tokenizer, chat_template=prompt_set.chat_template)
+                       for p in self.prompts]
+        # fixed length: every run produces the same number of tokens
+        self.decode = decode.for_pair(pair, max_new_tokens=settings.max_new_tokens, fixed_length=True,
+                                      do_sample=combo.decoding == "sampled", temperature=settings.temperature,
+                                      top_p=settings.top_p, num_assistant_tokens=combo.k)
+        self.samples = Samples()
+
+    def _run(self, mode: str, ids: Any, settings: DecodeSettings) -> GenerationResult:
+        assistant = self.loaded.draft.model if (mode == ASSISTED and self.loaded.draft) else None
+        return measure_generation(self.loaded.target.model, ids, settings, mode=mode, assistant=assistant)
+
+    def warmup(self) -> None:
+        interleave.warm_up((PLAIN, self.combo.mode), lambda mode, s: self._run(mode, self.inputs[0], s), self.decode)
+
+    def round(self) -> None:
+        """One sample of every metric: each prompt plain and assisted, order alternating by round."""
+        n = self.samples.rounds()
+        order = interleave.abba((PLAIN, self.combo.mode), n)
+        decode_s = {PLAIN: 0.0, self.combo.mode: 0.0}
+        decode_tokens = {PLAIN: 0, self.combo.mode: 0}
+        counters: dict[str, dict[str, int]] = {}
+        for prompt, ids in zip(self.prompts, self.inputs):
+            settings = dataclasses.replace(self.decode, seed=n)  # sampled: same seed for both modes
+            for mode in order:
+                r = self._run(mode, ids, settings)
+                decode_s[mode] += r.decode_s
+                decode_tokens[mode] += r.decode_tokens
+                if mode != PLAIN:
+                    counters[prompt.id] = {"new_tokens": r.new_tokens, "drafted": r.drafted or 0,
+                                           "accepted": r.accepted or 0, "target_forwards": r.target_forwards}
+        plain = decode_tokens[PLAIN] / decode_s[PLAIN]
+        assisted = decode_tokens[self.combo.mode] / decode_s[self.combo.mode]
+        self.samples.plain_tokens_per_sec.append(plain)
+        self.samples.assisted_tokens_per_sec.append(assisted)
+        self.samples.speedup.append(assisted / plain)
+        self.samples.counters.append(counters)
+
+    # ----------------------------------------------------------------------------------------
+    def exact_counters(self) -> dict[str, dict[str, int]] | None:
+        """Greedy runs are deterministic: every round's counters must agree; None for sampling."""
+        if self.combo.decoding != "greedy" or not self.samples.counters:
+            return None
+        return self.samples.counters[0]
+
+    def counters_stable(self) -> bool:
+        return all(c == self.samples.counters[0] for c in self.samples.counters)
+
+    def decode_record(self) -> dict[str, Any]:
+        """The decoding settings a baseline must share with a run that is compared against it."""
+        d = self.decode
+        return {"min_new_tokens": d.min_new_tokens, "do_sample": d.do_sample, "temperature": d.temperature,
+                "top_p": d.top_p, "schedule": d.schedule, "confidence_threshold": d.confidence_threshold}
+
+    def baseline_record(self, commit: str | None) -> dict[str, Any]:
+        s, cap = self.settings, self.settings.max_rounds
+        alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, s.looks())
+        record: dict[str, Any] = {
+            "pair": self.combo.pair, "target_precision": self.combo.target_precision,
+            "draft_precision": self.combo.draft_precision, "mode": self.combo.mode,
+            "decoding": self.combo.decoding, "k": self.combo.k, "prompt_ids": [p.id for p in self.prompts],
+            "max_new_tokens": s.max_new_tokens, "decode": self.decode_record(),
+        }
+        tolerance: dict[str, Any] = {}
+        for name in METRICS:
+            values = self.samples.metric(name)
+            drift, drift_df = stats.drift_sd(values, s.drift_block)
+            record[name] = {"samples": [round(v, 6) for v in values], "median": round(descriptive.median(values), 6),
+                            "cv": round(descriptive.cv(values) or 0.0, 6), "drift_sd": round(drift, 6),
+                            "drift_df": drift_df, "block": s.drift_block}
+            tolerance[name] = s.tolerance_override or stats.calibrated_tolerance(
+                values, cap=cap, alpha=alpha, drift=drift, floor=s.tolerance_floor)
+        tolerance["source"] = "override" if s.tolerance_override else "calibrated"
+        import torch
+        import transformers
+
+        record.update(exact=self.exact_counters(), tolerance=tolerance,
+                      versions={"torch": torch.__version__, "transformers": transformers.__version__,
+                                "harness": __version__},
+                      commit=commit, date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+        return record
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None

@@ -1,0 +1,143 @@
+"""Verdicts: a combination's rounds against its baseline. The three gates (harness/perf/stats.py),
+more rounds while a statistical gate is inconclusive, and the confirmation of a FAIL."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.core.errors import HarnessError
+from harness.perf import stats
+from harness.perf.runner import METRICS, Runner, Samples
+
+log = logging.getLogger(__name__)
+
+
+class BaselineMismatchError(HarnessError):
+    """The baseline was measured with other settings than this run: its numbers are of other work."""
+
+
+@dataclass
+class Verdict:
+    combination: str
+    exact: stats.ExactDecision | None
+    decisions: dict[str, stats.GateDecision]
+    rounds: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return (self.exact is not None and self.exact.verdict == stats.FAIL) or any(
+            d.verdict == stats.FAIL for d in self.decisions.values())
+
+    @property
+    def undecided(self) -> list[stats.GateDecision]:
+        return [d for d in self.decisions.values() if d.verdict == stats.UNDECIDED]
+
+    @property
+    def outcome(self) -> str:
+        return "fail" if self.failed else "undecided" if self.undecided else "pass"
+
+    def message(self, platform_id: str, baseline_file: str) -> str:
+        what = "perf regression" if self.failed else "perf gate undecided"
+        lines = [f"{what} in {self.combination} (platform {platform_id}, baseline {baseline_file}):"]
+        if self.exact is not None and self.exact.verdict == stats.FAIL:
+            lines.append("  " + self.exact.describe())
+        for d in self.decisions.values():
+            if d.verdict in (stats.FAIL, stats.UNDECIDED):
+                lines.append("  " + d.describe())
+        lines += [f"  note: {n}" for n in self.notes]
+        lines.append(f"If the change is intended, update this machine's baseline: "
+                     f"pytest -m perf --update-baselines -k '{self.combination}' and commit {baseline_file}")
+        return "\n".join(lines)
+
+
+def tolerances(baseline: dict[str, Any], override: float | None) -> dict[str, float]:
+    return {m: (override or baseline["tolerance"][m]) for m in METRICS}
+
+
+def check_comparable(runner: Runner, baseline: dict[str, Any]) -> None:
+    """Refuse to compare a run with a baseline of other work: other prompts, length, K, mode or
+    decoding settings. Baselines written before the decoding settings were recorded are compared
+    on what they hold; a sampled one without them cannot be trusted and is refused."""
+    combo = runner.combo
+    ours: dict[str, Any] = {"prompt_ids": [p.id for p in runner.prompts],
+                            "max_new_tokens": runner.settings.max_new_tokens, "k": combo.k, "mode": combo.mode,
+                            "decoding": combo.decoding, "target_precision": combo.target_precision,
+                            "draft_precision": combo.draft_precision}
+    differences = [f"{key} {baseline.get(key)!r} there, {value!r} here" for key, value in ours.items()
+                   if baseline.get(key) != value]
+    stored = baseline.get("decode")
+    if stored is None and combo.decoding == "sampled":
+        differences.append("the baseline does not record its sampling settings")
+    elif stored is not None:
+        now = runner.decode_record()
+        differences += [f"{key} {stored.get(key)!r} there, {value!r} here" for key, value in now.items()
+                        if stored.get(key) != value]
+    if differences:
+        raise BaselineMismatchError(
+            f"{combo.id}: the baseline was measured with other settings ({'; '.join(differences)}), so its "
+            f"numbers are of other work. Measure it again: pytest -m perf --update-baselines -k '{combo.id}'")
+
+
+def evaluate(runner: Runner, baseline: dict[str, Any]) -> Verdict:
+    """All three gates. While a statistical gate is inconclusive, run more rounds (up to the cap)."""
+    s = runner.settings
+    notes = []
+    exact = None
+    if baseline.get("exact") is not None and runner.combo.decoding == "greedy":
+        exact = stats.compare_exact(baseline["exact"], runner.exact_counters() or {})
+        if not runner.counters_stable():
+            exact = stats.ExactDecision(stats.FAIL, exact.differences + [
+                "greedy counters changed between rounds in one process (nondeterministic decoding)"])
+    tol = tolerances(baseline, s.tolerance_override)
+    alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, s.looks())
+    while True:
+        at_cap = runner.samples.rounds() >= s.max_rounds
+        decisions = {m: stats.compare_samples(m, baseline[m]["samples"], runner.samples.metric(m), tol[m],
+                                              alpha=alpha, at_cap=at_cap, drift_sd=baseline[m]["drift_sd"]) for m in METRICS}
+        if at_cap or all(d.verdict != stats.INCONCLUSIVE for d in decisions.values()):
+            break
+        pending = [m for m, d in decisions.items() if d.verdict == stats.INCONCLUSIVE]
+        log.info("%s: %s inconclusive after %d rounds; %d more", runner.combo.id, ", ".join(pending),
+                 runner.samples.rounds(), s.batch)
+        for _ in range(min(s.batch, s.max_rounds - runner.samples.rounds())):
+            runner.round()
+    if any(d.verdict == stats.UNDECIDED for d in decisions.values()):
+        notes.append(f"reached the cap of {s.max_rounds} rounds without a decision")
+    return Verdict(runner.combo.id, exact, decisions, runner.samples.rounds(), notes)
+
+
+def confirm(runner: Runner, baseline: dict[str, Any], first: Verdict) -> Verdict:
+    """Re-measure a statistical FAIL once, with fresh rounds, before reporting it.
+
+    A shared machine can run a whole gate slow: CI once measured a tiny model at 0.23x its baseline
+    for every round of a run. The gate rightly decides FAIL on such a run. A regression of the
+    code is there again in a second measurement; a burst of contention usually is not. So a
+    metric fails only when it fails in both measurements. One that failed once and passed or
+    stayed inconclusive the second time is UNDECIDED, with both measurements in its note.
+    Exact-counter failures are deterministic and are never re-measured."""
+    if not first.failed or (first.exact is not None and first.exact.verdict == stats.FAIL):
+        return first
+    log.warning("%s: %s failed; confirming with fresh rounds", runner.combo.id,
+                ", ".join(m for m, d in first.decisions.items() if d.verdict == stats.FAIL))
+    runner.samples = Samples()
+    while runner.samples.rounds() < runner.settings.rounds:
+        runner.round()
+    second = evaluate(runner, baseline)
+    decisions, notes = {}, list(second.notes)
+    for m, d in second.decisions.items():
+        was = first.decisions[m]
+        if was.verdict == stats.FAIL and d.verdict != stats.FAIL:
+            decisions[m] = dataclasses.replace(d, verdict=stats.UNDECIDED)
+            notes.append(f"{m} failed in a first measurement ({(was.ratio - 1) * 100:+.1f}%, CI "
+                         f"[{was.ci_low:.3f}, {was.ci_high:.3f}], {was.n_measured} rounds) and not in its "
+                         f"confirmation ({(d.ratio - 1) * 100:+.1f}%): contention during the first?")
+        else:
+            decisions[m] = d
+            if was.verdict == stats.FAIL:
+                notes.append(f"{m}: the failure was confirmed by a second, independent measurement "
+                             f"(first {(was.ratio - 1) * 100:+.1f}%, then {(d.ratio - 1) * 100:+.1f}%)")
+    return Verdict(first.combination, second.exact, decisions, first.rounds + second.rounds, notes)

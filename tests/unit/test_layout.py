@@ -1,0 +1,87 @@
+"""The tree keeps the shape docs/architecture.md describes: imports flow one way between the rooms
+of harness/, functions stay short enough to read, test modules have unique names (pytest's default
+import mode cannot hold two of one name), and nothing points at files outside the repository."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HARNESS = REPO / "harness"
+# which rooms each room may import (itself always); quant/ is a sibling package any room may use
+ALLOWED = {
+    "core": set(),
+    "perf": {"core"},
+    "sandbox": {"core"},
+    "accuracy": {"core", "sandbox"},
+    "cli": {"core", "perf", "sandbox", "accuracy"},
+}
+MAX_FUNCTION_LINES = 60
+
+
+def python_files(*roots: str) -> list[Path]:
+    return sorted(p for r in roots for p in (REPO / r).rglob("*.py"))
+
+
+def harness_imports(path: Path) -> set[str]:
+    """Every harness.<room> a module imports, at any depth (function-level imports included)."""
+    rooms = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        rooms |= {n.split(".")[1] for n in names if n.startswith("harness.") and n.count(".") >= 1}
+    return rooms
+
+
+def test_every_module_lives_in_a_room():
+    loose = [p.name for p in HARNESS.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert not loose, f"modules outside the rooms of harness/: {loose}"
+    assert {p.name for p in HARNESS.iterdir() if (p / "__init__.py").exists()} == set(ALLOWED)
+
+
+@pytest.mark.parametrize("room", sorted(ALLOWED))
+def test_imports_flow_one_way(room):
+    bad = []
+    for path in (HARNESS / room).rglob("*.py"):
+        for other in harness_imports(path) - ALLOWED[room] - {room}:
+            if other in ALLOWED:
+                bad.append(f"{path.relative_to(REPO)} imports harness.{other}")
+    assert not bad, f"harness/{room} may import only {sorted(ALLOWED[room]) or 'itself'}: " + "; ".join(bad)
+
+
+def test_functions_are_short():
+    long = []
+    for path in python_files("harness", "quant", "benchmarks"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, f"split into named steps (over {MAX_FUNCTION_LINES} lines): {long}"
+
+
+def test_test_module_names_are_unique():
+    seen: dict[str, Path] = {}
+    for path in (REPO / "tests").rglob("test_*.py"):
+        assert path.name not in seen, f"{path} and {seen[path.name]} share a name: pytest -m perf stops with " \
+                                      "'import file mismatch'; rename one"
+        seen[path.name] = path
+
+
+OUTSIDE = re.compile(r"FACTS\.md|DESIGN\.md|\.\./shared|shared/(FACTS|DESIGN)")
+
+
+def test_nothing_points_outside_the_repository():
+    files = [p for p in REPO.rglob("*") if p.is_file() and p.suffix in {".py", ".md", ".toml", ".json", ".txt", ""}
+             and not any(part.startswith(".") or part in {"results", "build", "__pycache__"} or part.endswith(".egg-info")
+                         for part in p.relative_to(REPO).parts)]
+    hits = [f"{p.relative_to(REPO)}:{n}" for p in files if p != Path(__file__)
+            for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if OUTSIDE.search(line)]
+    assert not hits, f"references to files outside the repository (say what is needed here instead): {hits}"

@@ -1,0 +1,128 @@
+"""Where the perf gate meets bad input: each device reads and writes its own platform's baseline
+file, a baseline measured with other settings is refused (never compared), and a malformed
+[perf] table is a one-line error that names the file."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from harness.core import platform, registry
+from harness.core.errors import HarnessError, RegistryError
+from harness.perf import baselines, plugin
+from harness.perf.combinations import PerfSettings, combinations
+from harness.perf.runner import Runner, load_pair
+from harness.perf.verdict import BaselineMismatchError, check_comparable
+from tiny_models import write_local_matrix
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = next((REPO / "baselines").glob("cpu-*.json"))  # a real record to build documents from
+
+
+def fake_config(directory: Path, **options) -> SimpleNamespace:
+    values = {"perf_repeats": None, "perf_max_repeats": None, "perf_tolerance": None, "baselines_dir": str(directory),
+              "update_baselines": False, "perf_plant_slowdown": 0.0, "perf_plant_into": "target",
+              "perf_report_dir": str(directory / "reports"), **options}
+    return SimpleNamespace(getoption=values.__getitem__, stash=pytest.Stash())
+
+
+def document(device: str, combination_ids: list[str]) -> dict:
+    template = next(iter(json.loads(COMMITTED.read_text())["combinations"].values()))
+    info = platform.detect(device).as_dict()
+    return {"schema_version": baselines.SCHEMA_VERSION, "platform": info,
+            "combinations": {cid: copy.deepcopy(template) for cid in combination_ids}}
+
+
+@pytest.fixture()
+def two_devices(tmp_path):
+    """A baseline file for the CPU platform and one for the CUDA platform, with different entries."""
+    matrix = registry.load_matrix()
+    combos = combinations(matrix)
+    cpu = next(c for c in combos if c.device == "cpu")
+    cuda = next(c for c in combos if c.device == "cuda")
+    for device, combo in (("cpu", cpu), ("cuda", cuda)):
+        baselines.write(baselines.path_for(tmp_path, platform.detect(device).id), document(device, [combo.id]))
+    return matrix, combos, cpu, cuda
+
+
+def test_each_device_reads_its_own_platform_file(tmp_path, two_devices):
+    matrix, combos, cpu, cuda = two_devices
+    session = plugin.PerfSession(fake_config(tmp_path), matrix, combos)
+    assert set(session.baseline_doc("cpu")["combinations"]) == {cpu.id}
+    assert set(session.baseline_doc("cuda")["combinations"]) == {cuda.id}  # not the CPU document again
+
+
+def test_an_update_merges_each_device_into_its_own_file(tmp_path, two_devices):
+    matrix, combos, cpu, cuda = two_devices
+    config = fake_config(tmp_path, update_baselines=True)
+    session = plugin.PerfSession(config, matrix, combos)
+    session.baseline_doc("cpu")  # the CPU file is read first, as when CPU combinations run first
+    record = next(iter(document("cuda", [cuda.id])["combinations"].values()))
+    session.staged[cuda.id] = record
+    config.stash[plugin._STATE] = session
+    plugin.pytest_sessionfinish(SimpleNamespace(config=config), 0)
+    written = json.loads(baselines.path_for(tmp_path, platform.detect("cuda").id).read_text())
+    assert set(written["combinations"]) == {cuda.id}
+    assert written["platform"]["device"] == "cuda"
+    cpu_doc = json.loads(baselines.path_for(tmp_path, platform.detect("cpu").id).read_text())
+    assert set(cpu_doc["combinations"]) == {cpu.id}
+
+
+@pytest.fixture(scope="module")
+def tiny_runner(tmp_path_factory):
+    matrix = registry.load_matrix(write_local_matrix(tmp_path_factory.mktemp("tiny")))
+    combo = next(c for c in combinations(matrix) if c.pair == "tiny+draft")
+    settings = PerfSettings.from_matrix(matrix, rounds=2, max_rounds=2)
+    runner = Runner(matrix, combo, load_pair(matrix, combo), settings)
+    runner.round()
+    runner.round()
+    return runner
+
+
+@pytest.mark.parametrize("edit, named", [
+    (lambda b: b.update(max_new_tokens=b["max_new_tokens"] * 2), "max_new_tokens"),
+    (lambda b: b.update(prompt_ids=["other/0"]), "prompt_ids"),
+    (lambda b: b.update(k=b["k"] + 1), "k "),
+    (lambda b: b["decode"].update(schedule="heuristic"), "schedule"),
+    (lambda b: b["decode"].update(min_new_tokens=0), "min_new_tokens"),
+])
+def test_a_baseline_of_other_work_is_refused(tiny_runner, edit, named):
+    baseline = tiny_runner.baseline_record(None)
+    check_comparable(tiny_runner, baseline)  # its own record: comparable
+    edit(baseline)
+    with pytest.raises(BaselineMismatchError, match=f"measured with other settings .*{named}.*--update-baselines"):
+        check_comparable(tiny_runner, baseline)
+
+
+def test_older_records_without_decode_settings(tiny_runner):
+    baseline = tiny_runner.baseline_record(None)
+    del baseline["decode"]
+    check_comparable(tiny_runner, baseline)  # greedy: what they hold is enough
+    sampled = copy.copy(tiny_runner)
+    sampled.combo = dataclasses.replace(tiny_runner.combo, decoding="sampled")
+    baseline["decoding"] = "sampled"
+    with pytest.raises(BaselineMismatchError, match="does not record its sampling settings"):
+        check_comparable(sampled, baseline)
+
+
+def test_a_combination_listed_twice_is_a_registry_error(tmp_path):
+    path = write_local_matrix(tmp_path)
+    text = path.read_text()
+    path.write_text(text + '[[perf.combinations]]\npair = "tiny+lookup"\nprecisions = ["fp32"]\n'
+                           'platforms = ["cpu"]\ndecoding = ["greedy"]\n')
+    with pytest.raises(RegistryError, match="tiny\\+lookup:fp32:cpu:greedy:k.* is listed twice"):
+        combinations(registry.load_matrix(path))
+    assert issubclass(RegistryError, HarnessError)
+    r = subprocess.run([sys.executable, "-m", "pytest", str(REPO / "tests" / "perf"), "-p", "no:cacheprovider", "-q",
+                        "--perf-matrix", str(path), "--collect-only"], capture_output=True, text=True, cwd=REPO,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "--perf-matrix:" in r.stderr and "is listed twice" in r.stderr and "Traceback" not in r.stderr

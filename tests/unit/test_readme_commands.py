@@ -1,0 +1,57 @@
+"""The perf gate's commands exactly as the README writes them: `pytest -m perf` from the repository
+root with no path argument, options in the space-separated form, and the plugin's options known
+wherever pytest starts (it is registered by entry point, not by a conftest that a path argument
+can move out of reach). Collection only: what the gate measures is tested in test_perf_plugin."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PYTEST = shutil.which("pytest", path=str(Path(sys.executable).parent)) or "pytest"
+
+
+def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([PYTEST, *args, "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300)
+
+
+def collected(r: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in r.stdout.splitlines() if "::test_perf[" in line]
+
+
+def test_pytest_m_perf_from_the_repository_root():
+    r = run("-m", "perf", "--collect-only", "-q")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "import file mismatch" not in r.stdout
+    ids = collected(r)
+    assert "tests/perf/test_perf_gate.py::test_perf[qwen-coder-1.5b+0.5b:bf16+w8af32-tensor:cpu:greedy:k6]" in ids
+    assert all("tests/perf/" in line for line in ids)
+
+
+def test_space_separated_options_with_a_path_value(tmp_path):
+    r = run("-m", "perf", "--baselines-dir", str(tmp_path / "elsewhere"), "--pair", "smollm2-135m+self",
+            "--platform", "cpu", "--collect-only", "-q")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ids = collected(r)
+    assert ids and all("smollm2-135m+self:" in i and ":cpu:" in i for i in ids), ids
+
+
+def test_the_options_exist_wherever_pytest_starts(tmp_path):
+    r = run("--help", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for option in ("--baselines-dir", "--update-baselines", "--perf-undecided", "--perf-missing-baseline"):
+        assert option in r.stdout
+
+
+def test_a_bad_option_value_names_the_flag():
+    r = run("-m", "perf", "--pair", "qwen-coder-1.5b+0.5", "--collect-only", "-q")
+    assert r.returncode == 4
+    assert "--pair 'qwen-coder-1.5b+0.5' has no perf combinations. Did you mean 'qwen-coder-1.5b+0.5b'?" in r.stderr
