@@ -3,7 +3,6 @@ validated against baselines/accuracy.schema.json, written atomically."""
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ class AccuracyBaselineError(HarnessError):
     pass
 
 
-@cache
 def key(pair: str, target_precision: str, draft_precision: str, selection: str) -> str:
     return f"{pair}:{target_precision}+{draft_precision}:{selection}"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,6 @@ def _hint(path: Path) -> str:
             f"`{UPDATE_COMMAND}` and review the diff")
 
 
-@cache
 def path_for(directory: Path, platform_id: str) -> Path:
     return Path(directory) / f"{platform_id}.json"
 

@@ -4,7 +4,6 @@ summary.md and speedup.png (plain against assisted tokens/s, with the speedup, p
 from __future__ import annotations
 
 import datetime as _dt
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,6 @@ def summary_lines(results: list[dict[str, Any]]) -> list[str]:
     return [fmt(HEADERS), fmt(["-" * w for w in widths]), *(fmt(row) for row in rows)]
 
 
-@cache
 def write_all(results: list[dict[str, Any]], directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     doc = {"schema_version": 1, "harness_version": __version__,

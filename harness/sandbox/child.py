@@ -76,6 +76,7 @@ def _make_hook(workdir: str, stdlib_dirs: tuple, get_ident):
     check_path_event = _path_event_check(inside, under, resolve)
 
     def hook(event, args):
+        """Raise for an event the policy refuses; pass events that the hook's own work raises."""
         ident = get_ident()
         if ident in busy:  # an event raised by the hook's own work (its open of a .pyc)
             return

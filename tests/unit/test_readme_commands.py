@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PYTEST = shutil.which("pytest", path=str(Path(sys.executable).parent)) or "pytest"
