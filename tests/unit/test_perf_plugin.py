@@ -103,10 +103,11 @@ def test_missing_baseline_fails_with_the_update_command(measured, tmp_path):
 def test_the_verdict_moves_with_a_planted_slowdown(workspace):
     matrix, directory = workspace
     # unchanged code, same tolerance: PASS on every metric (not undecided)
+    # (a cap of 12 rounds: a tiny model's round is milliseconds, where scheduler jitter is large)
     same = gate_until(lambda r: r.returncode == 0 and set(verdicts(directory).values()) == {"pass"},
-                      matrix, directory)
+                      matrix, directory, "--perf-max-repeats", "12")
     assert same.returncode == 0, same.stdout
-    assert set(verdicts(directory).values()) == {"pass"}, same.stdout
+    assert set(verdicts(directory).values()) == {"pass"}, (directory / "reports" / "summary.md").read_text()
     assert "exact pass" in same.stdout and "FAIL" not in same.stdout
     assert (directory / "reports" / "speedup.png").stat().st_size > 0
 
