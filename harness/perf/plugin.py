@@ -64,7 +64,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="which model --perf-plant-slowdown slows: the target (default; the absolute gate must "
                      "catch it) or the draft (the relative gate, speedup, must catch it)")
     g.addoption("--perf-plant-slowdown", type=float, default=0.0, metavar="FRACTION",
-                help="check the gate itself: make the target's forward pass FRACTION slower (e.g. 0.25)")
+                help="check the gate itself: make the forward pass of the target (or, with --perf-plant-into "
+                     "draft, the draft) FRACTION slower (e.g. 0.25)")
     g.addoption("--perf-matrix", default=None, metavar="PATH", help="registry file (default: harness/matrix.toml)")
 
 

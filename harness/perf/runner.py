@@ -102,7 +102,8 @@ class Runner:
         # fixed length: every run produces the same number of tokens
         self.decode = decode.for_pair(pair, max_new_tokens=settings.max_new_tokens, fixed_length=True,
                                       do_sample=combo.decoding == "sampled", temperature=settings.temperature,
-                                      top_p=settings.top_p, num_assistant_tokens=combo.k)
+                                      top_p=settings.top_p, num_assistant_tokens=combo.k,
+                                      prompt_lookup_ngram=matrix.defaults.prompt_lookup_ngram)
         self.samples = Samples()
 
     def _run(self, mode: str, ids: Any, settings: DecodeSettings) -> GenerationResult:

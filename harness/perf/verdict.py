@@ -135,6 +135,11 @@ def confirm(runner: Runner, baseline: dict[str, Any], first: Verdict) -> Verdict
             notes.append(f"{m} failed in a first measurement ({(was.ratio - 1) * 100:+.1f}%, CI "
                          f"[{was.ci_low:.3f}, {was.ci_high:.3f}], {was.n_measured} rounds) and not in its "
                          f"confirmation ({(d.ratio - 1) * 100:+.1f}%): contention during the first?")
+        elif was.verdict != stats.FAIL and d.verdict == stats.FAIL:
+            decisions[m] = dataclasses.replace(d, verdict=stats.UNDECIDED)
+            notes.append(f"{m} failed only in the confirmation ({(d.ratio - 1) * 100:+.1f}%, CI "
+                         f"[{d.ci_low:.3f}, {d.ci_high:.3f}], {d.n_measured} rounds), not in the first measurement "
+                         f"({(was.ratio - 1) * 100:+.1f}%): contention during the second?")
         else:
             decisions[m] = d
             if was.verdict == stats.FAIL:

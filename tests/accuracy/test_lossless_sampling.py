@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core import prompts
+from harness.core import decode, prompts
 from harness.accuracy import sampling
-from harness.core.decode import DecodeSettings
 from accuracy_common import load, matrix
 
 # slow: 2 x 300 generate calls per setting took over 10 minutes per setting on the shared 2-core machine
@@ -25,8 +24,7 @@ def test_assisted_sampling_keeps_the_distribution(temperature, top_p):
     prompt_set = matrix().prompt_set(pair.prompt_set)
     p = prompts.load_prompts(prompt_set, target.tokenizer, limit=1)[0]
     ids = prompts.encode(p, target.tokenizer, chat_template=prompt_set.chat_template)
-    s = DecodeSettings(max_new_tokens=2, do_sample=True, temperature=temperature, top_p=top_p,
-                       num_assistant_tokens=pair.num_assistant_tokens)
+    s = decode.for_pair(pair, max_new_tokens=2, do_sample=True, temperature=temperature, top_p=top_p)
     # at T=0.1 the prompt's own next token is one token every time (a test there cannot fail): move
     # to the first greedy position where the second token gets at least 10%
     prefix = sampling.contested_prefix(target.model, ids, s)

@@ -24,9 +24,10 @@ class ScriptedRunner:
         self.levels, self.rng = list(levels), random.Random(seed)
 
     def round(self) -> None:
-        level = self.levels.pop(0)
+        level = self.levels.pop(0)  # one level for both modes, or (plain level, assisted level)
+        plain_level, assisted_level = level if isinstance(level, tuple) else (level, level)
         noise = lambda: self.rng.lognormvariate(0, 0.03)  # noqa: E731
-        plain, assisted = 10 * level * noise(), 20 * level * noise()
+        plain, assisted = 10 * plain_level * noise(), 20 * assisted_level * noise()
         self.samples.plain_tokens_per_sec.append(plain)
         self.samples.assisted_tokens_per_sec.append(assisted)
         self.samples.speedup.append(assisted / plain)
@@ -72,6 +73,16 @@ def test_a_real_regression_fails_twice_and_says_it_was_confirmed():
     assert first.failed and final.failed
     assert final.decisions["plain_tokens_per_sec"].verdict == stats.FAIL
     assert any("confirmed by a second, independent measurement" in n for n in final.notes)
+
+
+def test_a_metric_that_fails_only_in_the_confirmation_is_undecided():
+    # first: the whole machine slow (both tokens/s fail, speedup passes); then: only assisted slow
+    first, final = first_then_confirm([(0.25, 0.25)] * 16 + [(1.0, 0.5)] * 16)
+    assert first.decisions["speedup"].verdict == stats.PASS
+    assert final.decisions["speedup"].verdict == stats.UNDECIDED
+    assert final.decisions["plain_tokens_per_sec"].verdict == stats.UNDECIDED
+    assert final.decisions["assisted_tokens_per_sec"].verdict == stats.FAIL  # failed both times
+    assert any(n.startswith("speedup failed only in the confirmation") for n in final.notes)
 
 
 def test_a_pass_is_not_measured_again():
