@@ -7,6 +7,7 @@ validated at start-up; errors name the flag to fix.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import warnings
@@ -15,10 +16,13 @@ from typing import Any
 
 import pytest
 
+import harness
 from harness.core import platform, registry
 from harness.core.errors import HarnessError, did_you_mean
 from harness.core.generate import ASSISTED
-from harness.perf import baselines
+from harness.perf import baselines, revision
+from harness.perf.ab import ABGate, ABResult, ABSettings
+from harness.perf.arms import Arm
 from harness.perf.combinations import Combination, PerfSettings, combinations
 from harness.perf.runner import METRICS, LoadedPair, Runner, git_commit, load_pair
 from harness.perf.verdict import BaselineMismatchError, Verdict, check_comparable, confirm, evaluate
@@ -67,6 +71,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="check the gate itself: make the forward pass of the target (or, with --perf-plant-into "
                      "draft, the draft) FRACTION slower (e.g. 0.25)")
     g.addoption("--perf-matrix", default=None, metavar="PATH", help="registry file (default: harness/matrix.toml)")
+    g.addoption("--perf-against", default=None, metavar="REV",
+                help="A/B gate: measure the working tree against git revision REV (sha, branch, tag, HEAD~1) in "
+                     "one job, interleaved, instead of against stored baselines; --perf-tolerance is the change "
+                     f"to catch (default {ABSettings().tolerance:.0%})")
 
 
 def _check_options(config: pytest.Config) -> None:
@@ -84,6 +92,8 @@ def _check_options(config: pytest.Config) -> None:
     planted = config.getoption("perf_plant_slowdown")
     if not 0 <= planted <= 10:
         bad("--perf-plant-slowdown", f"{planted}: give a fraction between 0 and 10")
+    if config.getoption("perf_against") and config.getoption("update_baselines"):
+        bad("--perf-against", "cannot be combined with --update-baselines (an A/B run stores no baseline)")
     if planted and config.getoption("update_baselines"):
         bad("--perf-plant-slowdown", "cannot be combined with --update-baselines (it would store a slowed baseline)")
     directory = Path(config.getoption("baselines_dir"))
@@ -110,7 +120,14 @@ def pytest_configure(config: pytest.Config) -> None:
         if name not in matrix.platforms:
             raise pytest.UsageError(f"--platform {name!r} is not in the registry; available: "
                                     f"{', '.join(matrix.platforms)}")
-    config.stash[_STATE] = PerfSession(config, matrix, combos)
+    session = PerfSession(config, matrix, combos)
+    if config.getoption("perf_against"):
+        try:
+            repo = revision.repository_root(Path(harness.__file__).parent)
+            session.trees = (revision.checkout(repo, config.getoption("perf_against")), revision.working_tree(repo))
+        except HarnessError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    config.stash[_STATE] = session
 
 
 class PerfSession:
@@ -130,6 +147,8 @@ class PerfSession:
         self.results: list[dict[str, Any]] = []
         self._baseline_docs: dict[str, dict[str, Any] | None] = {}  # device -> that platform's file, read once
         self.update_lines: list[str] = []
+        self.trees: tuple[revision.Tree, revision.Tree] | None = None  # A/B: (base, candidate)
+        self.gated = 0  # perf tests selected to run (the A/B gate's family of tests)
 
     # models: one pair in memory at a time (24 GiB here)
     def models_for(self, combo: Combination) -> LoadedPair:
@@ -175,6 +194,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("perf_combination", params)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    state: PerfSession | None = session.config.stash.get(_STATE, None)
+    if state is not None:
+        state.gated = sum(1 for i in session.items if "perf_combination" in getattr(getattr(i, "callspec", None),
+                                                                                   "params", {}))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group perf tests by loaded models so each pair loads once; keep the rest in place."""
     def key(item: pytest.Item) -> tuple:
@@ -193,6 +219,8 @@ def perf_session(request: pytest.FixtureRequest) -> PerfSession:
 
 def run_gate(session: PerfSession, combo: Combination, benchmark: Any) -> None:
     """Measure one combination and apply the gates (or stage its new baseline)."""
+    if session.trees is not None:
+        return run_ab_gate(session, combo)
     baseline = _baseline_or_skip(session, combo)
     if (session.config.getoption("perf_plant_slowdown") and session.config.getoption("perf_plant_into") == "draft"
             and combo.mode != ASSISTED):
@@ -226,6 +254,44 @@ def run_gate(session: PerfSession, combo: Combination, benchmark: Any) -> None:
                                      **{f"{m}_samples": result[m] for m in METRICS}})
     if verdict is not None:
         _report(session, combo, verdict)
+
+
+def run_ab_gate(session: PerfSession, combo: Combination) -> None:
+    """The A/B gate: the working tree against --perf-against REV, in one job (harness/perf/ab.py)."""
+    base, candidate = session.trees
+    opt = session.config.getoption
+    plant = {"fraction": opt("perf_plant_slowdown"), "into": opt("perf_plant_into")}
+
+    def load_request(arm: str) -> dict[str, Any]:  # the candidate alone carries a planted slowdown
+        return {"op": "load", "matrix": str(session.matrix.path), "combination": dataclasses.asdict(combo),
+                "settings": dataclasses.asdict(session.settings), "plant": plant if arm == "candidate" else None}
+
+    settings = ABSettings(tolerance=opt("perf_tolerance") or ABSettings().tolerance,
+                          tests=len(METRICS) * max(1, session.gated))
+    try:
+        result = ABGate(combo, session.settings, Arm("base", base), Arm("candidate", candidate), load_request,
+                        settings).run()
+    except HarnessError as exc:
+        pytest.fail(f"{combo.id}: {exc}", pytrace=False)
+    session.results.append(_ab_record(session, combo, result))
+    if result.outcome == "regression" or (result.outcome == "undecided" and opt("perf_undecided") == "fail"):
+        pytest.fail(result.message(), pytrace=False)
+    if result.outcome == "undecided":
+        warnings.warn(PerfUndecidedWarning(result.message() + "\n(--perf-undecided=fail makes this a failure)"))
+
+
+def _ab_record(session: PerfSession, combo: Combination, result: ABResult) -> dict[str, Any]:
+    """The combination's entry of results.json: the candidate's samples, the paired ratios, the verdict."""
+    cand = result.samples["candidate"]
+    counters = cand[0]["counters"]
+    drafted = sum(c["drafted"] for c in counters.values())
+    return {"combination": combo.id, "platform": session.platform_id(combo.device), "verdict": result.outcome,
+            "mode": "ab", "base": result.base, "candidate": result.candidate, "rounds": result.rounds,
+            "redone": result.redone, "restarts": result.restarts, "ratios": result.ratios,
+            "ab_decisions": {m: d.as_dict() for m, d in result.decisions.items()},
+            "behaviour_changes": result.counter_differences,
+            "acceptance_rate": (sum(c["accepted"] for c in counters.values()) / drafted) if drafted else None,
+            **{m: [s[m] for s in cand] for m in METRICS}}
 
 
 def _baseline_or_skip(session: PerfSession, combo: Combination) -> dict[str, Any] | None:

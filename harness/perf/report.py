@@ -23,7 +23,13 @@ def _row(r: dict[str, Any]) -> list[str]:
         return "-" if m is None else format(m, fmt)
 
     detail = ""
-    if "decisions" in r:
+    if r.get("mode") == "ab":
+        detail = f"vs base {r['base']}: " + ", ".join(
+            f"{m.replace('_tokens_per_sec', '')} {d['change'] * 100:+.1f}% [{(d['ci_low'] - 1) * 100:+.1f}, "
+            f"{(d['ci_high'] - 1) * 100:+.1f}]" for m, d in r["ab_decisions"].items())
+        if r["behaviour_changes"]:
+            detail += f", counters differ on {len(r['behaviour_changes'])} prompt(s)"
+    elif "decisions" in r:
         detail = ", ".join(f"{m.replace('_tokens_per_sec', '')} {(d['ratio'] - 1) * 100:+.1f}% "
                            f"(tol {d['tolerance']:.0%})" for m, d in r["decisions"].items())
         if r.get("exact"):

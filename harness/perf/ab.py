@@ -1,0 +1,159 @@
+"""The A/B gate for one combination: base and candidate measured in one job, round by round.
+
+Each round runs one perf round (every prompt plain and assisted) in each arm's worker, the two in
+a random order; the load guard redoes a round pair that another process disturbed. Every
+`restart_every` rounds both workers are restarted (and warmed up again), so that no single
+process, lucky or unlucky in its memory placement, decides the gate. After `rounds`, then every
+`batch` rounds up to `cap`, the paired statistics (harness/perf/paired.py) decide each metric;
+the gate stops when all are decided. Greedy counters (drafted, accepted, target forwards per
+prompt) are compared exactly between the arms: a difference is a behaviour change, not noise.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.perf import paired
+from harness.perf.arms import Arm
+from harness.perf.combinations import Combination, PerfSettings
+from harness.perf.loadguard import LoadGuard
+from harness.perf.runner import METRICS
+
+log = logging.getLogger(__name__)
+
+MAX_REDOS_PER_ROUND = 3
+
+
+@dataclass(frozen=True)
+class ABSettings:
+    tolerance: float = 0.10
+    family_alpha: float = paired.DEFAULT_FAMILY_ALPHA
+    tests: int = len(METRICS)       # metrics x combinations in the whole gate run
+    restart_every: int = 8
+    seed: int = 0
+
+
+@dataclass
+class ABResult:
+    combination: str
+    base: str
+    candidate: str
+    decisions: dict[str, paired.PairedDecision]
+    ratios: dict[str, list[float]]            # per round, candidate / base
+    rounds: int
+    redone: int
+    restarts: int
+    samples: dict[str, list[dict[str, Any]]]  # arm -> the worker's answer for each round
+    counter_differences: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> str:
+        verdicts = {d.verdict for d in self.decisions.values()}
+        if self.counter_differences or paired.REGRESSION in verdicts:
+            return "regression"
+        if paired.UNDECIDED in verdicts:
+            return "undecided"
+        return "improvement" if paired.IMPROVEMENT in verdicts else "pass"
+
+    def message(self) -> str:
+        head = {"regression": "perf regression", "undecided": "perf gate undecided", "pass": "perf gate passed",
+                "improvement": "perf improvement"}[self.outcome]
+        lines = [f"{head} in {self.combination}: candidate {self.candidate} against base {self.base}, "
+                 f"{self.rounds} paired rounds ({self.redone} redone after a disturbance, {self.restarts} worker "
+                 "restarts):"]
+        lines += ["  " + d.describe() for d in self.decisions.values()]
+        lines += [f"  behaviour change: {c}" for c in self.counter_differences]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+class ABGate:
+    def __init__(self, combo: Combination, settings: PerfSettings, base: Arm, candidate: Arm,
+                 load_request: Callable[[str], dict[str, Any]], ab: ABSettings, guard: LoadGuard | None = None):
+        self.combo, self.settings, self.ab = combo, settings, ab
+        self.arms = {"base": base, "candidate": candidate}
+        self.load_request = load_request  # arm name -> its load request (the candidate's may plant a slowdown)
+        self.guard = guard or LoadGuard()
+        self.rng = random.Random(ab.seed)
+        self.samples: dict[str, list[dict[str, Any]]] = {"base": [], "candidate": []}
+        self.redone = 0
+        self.restarts = 0
+
+    def _load(self, name: str) -> None:
+        answer = self.arms[name].request(self.load_request(name))
+        self.prompt_ids = answer["prompt_ids"]
+
+    def start(self) -> None:
+        for name, arm in self.arms.items():
+            arm.start()
+            self._load(name)
+
+    def restart(self) -> None:
+        for name, arm in self.arms.items():
+            arm.restart()
+            self._load(name)
+        self.restarts += 1
+
+    def close(self) -> None:
+        for arm in self.arms.values():
+            arm.close()
+
+    def round(self, index: int) -> None:
+        """One paired round; measured again (up to MAX_REDOS_PER_ROUND) while the guard sees a disturbance."""
+        for attempt in range(MAX_REDOS_PER_ROUND + 1):
+            order = list(self.arms)
+            self.rng.shuffle(order)
+            pids = [a.process.pid for a in self.arms.values() if a.process]
+            before = self.guard.snapshot(pids)
+            answers = {name: self.arms[name].request({"op": "round", "index": index}) for name in order}
+            why = self.guard.disturbance(before, self.guard.snapshot(pids))
+            if why is None or attempt == MAX_REDOS_PER_ROUND:
+                break
+            self.redone += 1
+            log.info("%s: round %d disturbed (%s); measuring it again", self.combo.id, index, why)
+        for name, answer in answers.items():
+            self.samples[name].append(answer)
+
+    def ratios(self) -> dict[str, list[float]]:
+        return {m: [c[m] / b[m] for b, c in zip(self.samples["base"], self.samples["candidate"])] for m in METRICS}
+
+    def decisions(self, at_cap: bool) -> dict[str, paired.PairedDecision]:
+        s = self.settings
+        alpha = paired.alpha_per_test(self.ab.family_alpha, self.ab.tests, paired.looks(s.rounds, s.batch, s.max_rounds))
+        return {m: paired.decide(m, r, tolerance=self.ab.tolerance, alpha=alpha, at_cap=at_cap)
+                for m, r in self.ratios().items()}
+
+    def counter_differences(self) -> list[str]:
+        if self.combo.decoding != "greedy":
+            return []
+        base, cand = self.samples["base"][0]["counters"], self.samples["candidate"][0]["counters"]
+        return [f"{prompt}: base {base.get(prompt)}, candidate {cand.get(prompt)}"
+                for prompt in sorted(set(base) | set(cand)) if base.get(prompt) != cand.get(prompt)]
+
+    def run(self, progress: Callable[[int, dict[str, paired.PairedDecision] | None], None] | None = None) -> ABResult:
+        s = self.settings
+        self.start()
+        try:
+            index, decisions = 0, None
+            while True:
+                target = s.rounds if index < s.rounds else min(index + s.batch, s.max_rounds)
+                while index < target:
+                    if index and index % self.ab.restart_every == 0:
+                        self.restart()
+                    self.round(index)
+                    index += 1
+                    if progress:
+                        progress(index, decisions)
+                decisions = self.decisions(at_cap=index >= s.max_rounds)
+                if index >= s.max_rounds or all(d.verdict != paired.INCONCLUSIVE for d in decisions.values()):
+                    break
+        finally:
+            self.close()
+        a, b = self.arms["base"].tree, self.arms["candidate"].tree
+        return ABResult(self.combo.id, f"{a.label} {a.commit[:12]}", f"{b.label} {b.commit[:12]}", decisions,
+                        self.ratios(), index, self.redone, self.restarts, self.samples, self.counter_differences())

@@ -1,0 +1,129 @@
+"""An arm of the A/B gate: one worker process (harness/perf/worker.py) running one tree's code.
+
+The controller talks to it in JSON lines with a timeout on every answer. A worker that crashes,
+hangs or answers with an error ends the gate with one line naming the arm, its commit and its log
+file. Workers run in their own process group, and `close` kills the group: no worker outlives
+the gate, whatever ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.core.errors import HarnessError
+from harness.perf.revision import Tree
+
+log = logging.getLogger(__name__)
+
+PROTOCOL = 1  # the worker protocol this controller speaks (harness/perf/worker.py PROTOCOL)
+
+
+class ArmError(HarnessError):
+    """A worker that failed, hung or spoke another protocol."""
+
+
+class Arm:
+    """One worker process: start, request, restart, close."""
+
+    def __init__(self, name: str, tree: Tree, *, timeout_s: float = 1800.0):
+        self.name, self.tree, self.timeout_s = name, tree, timeout_s
+        self.process: subprocess.Popen | None = None
+        self.log_path = Path(tempfile.mkstemp(prefix=f"ab-{name}-", suffix=".log")[1])
+        self.starts = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.tree.label}, {self.tree.commit[:12]})"
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(self.tree.path)}
+        with open(self.log_path, "a", encoding="utf-8") as err:
+            self.process = subprocess.Popen([sys.executable, "-m", "harness.perf.worker"], cwd=self.tree.path, env=env,
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                            start_new_session=True)
+        self.starts += 1
+        hello = self.request({"op": "hello"}, timeout_s=300)
+        if hello.get("protocol") != PROTOCOL:
+            self.close()
+            raise ArmError(f"{self.label}: its worker speaks protocol {hello.get('protocol')}, this gate {PROTOCOL}; "
+                           "compare against a revision of the same protocol")
+        if Path(hello["harness"]).resolve() != (self.tree.path / "harness").resolve():
+            self.close()
+            raise ArmError(f"{self.label}: the worker imported {hello['harness']}, not its tree's harness; is "
+                           f"PYTHONPATH overridden? (log: {self.log_path})")
+
+    def request(self, message: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+        """Send one request, wait for its answer (at most timeout_s), raise ArmError on failure."""
+        p = self.process
+        if p is None or p.poll() is not None:
+            raise ArmError(f"{self.label}: the worker is not running ({self._exit()}; log: {self.log_path})")
+        try:
+            p.stdin.write(json.dumps(message) + "\n")
+            p.stdin.flush()
+        except BrokenPipeError:
+            raise ArmError(f"{self.label}: the worker died ({self._exit()}; log: {self.log_path})") from None
+        line = self._read_line(timeout_s or self.timeout_s, message["op"])
+        answer = json.loads(line)
+        if not answer.get("ok"):
+            raise ArmError(f"{self.label}: {message['op']} failed: {answer.get('error')} (log: {self.log_path})")
+        return answer
+
+    def _read_line(self, timeout_s: float, op: str) -> str:
+        p = self.process
+        ready, _, _ = select.select([p.stdout], [], [], timeout_s)
+        if not ready:
+            self.close()
+            raise ArmError(f"{self.label}: no answer to {op} in {timeout_s:.0f} s; the worker was killed "
+                           f"(log: {self.log_path})")
+        line = p.stdout.readline()
+        if not line:
+            p.wait(timeout=10)
+            raise ArmError(f"{self.label}: the worker died during {op} ({self._exit()}; log: {self.log_path})")
+        return line
+
+    def _exit(self) -> str:
+        code = self.process.poll() if self.process else None
+        if code is None:
+            return "still running"
+        if code < 0:
+            return f"killed by {signal.Signals(-code).name}" + (" (out of memory?)" if -code == signal.SIGKILL else "")
+        return f"exit status {code}"
+
+    def close(self) -> None:
+        """Ask the worker to quit; kill its process group if it does not within seconds."""
+        p, self.process = self.process, None
+        if p is None:
+            return
+        if p.poll() is None:
+            try:
+                p.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                p.stdin.flush()
+                p.wait(timeout=10)
+            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+                pass
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=30)
+        for stream in (p.stdin, p.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    def restart(self) -> None:
+        self.close()
+        time.sleep(0.1)
+        self.start()

@@ -1,0 +1,100 @@
+"""The base arm's code: a git revision checked out as a detached worktree in the cache.
+
+`--perf-against REV` takes any revision git understands (sha, branch, tag, HEAD~1). It is
+resolved to a commit, checked out once under <cache>/worktrees/<sha> (reused while it stays
+clean and at that commit) and checked for the worker entry point. Every failure is one
+line that names the option or the revision and what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.core.errors import HarnessError
+from harness.core.models import cache_root
+
+log = logging.getLogger(__name__)
+
+WORKER = "harness/perf/worker.py"
+OPTION = "--perf-against"
+
+
+class RevisionError(HarnessError):
+    """A base revision that cannot be measured."""
+
+
+@dataclass(frozen=True)
+class Tree:
+    """Code an arm runs: a folder and the commit it holds (the candidate's tree may be dirty)."""
+
+    path: Path
+    commit: str
+    label: str  # what the user named: the revision, or "working tree"
+
+
+def _git(repo: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise RevisionError(f"{OPTION}: git is not installed; the A/B gate needs it") from None
+    except subprocess.TimeoutExpired:
+        raise RevisionError(f"{OPTION}: git {' '.join(args)} did not finish in {timeout:.0f} s "
+                            f"(a lock held by another git process in {repo}?)") from None
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "no message")
+
+
+def repository_root(start: Path) -> Path:
+    r = _git(start, "rev-parse", "--show-toplevel")
+    if r.returncode != 0:
+        raise RevisionError(f"{OPTION}: {start} is not inside a git repository ({_first_line(r.stderr)})")
+    return Path(r.stdout.strip())
+
+
+def resolve(repo: Path, rev: str) -> str:
+    """The full sha of `rev`, or an error that says how to name a revision."""
+    r = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    if r.returncode != 0 or not r.stdout.strip():
+        raise RevisionError(f"{OPTION} {rev}: no such revision in {repo}; give a sha, branch or tag "
+                            "(`git log --oneline` lists them)")
+    return r.stdout.strip()
+
+
+def check_worker(repo: Path, rev: str, sha: str) -> None:
+    if _git(repo, "cat-file", "-e", f"{sha}:{WORKER}").returncode != 0:
+        raise RevisionError(f"{OPTION} {rev}: commit {sha[:12]} has no A/B worker ({WORKER}): it predates the A/B "
+                            "gate; choose a newer revision as the base")
+
+
+def checkout(repo: Path, rev: str, root: Path | None = None) -> Tree:
+    """A clean detached worktree of `rev` under <cache>/worktrees/<sha>, made or reused."""
+    sha = resolve(repo, rev)
+    check_worker(repo, rev, sha)
+    path = (root or cache_root() / "worktrees") / sha
+    if path.exists():
+        head = _git(path, "rev-parse", "HEAD")
+        status = _git(path, "status", "--porcelain", "--untracked-files=no")
+        if head.returncode == 0 and head.stdout.strip() == sha and status.returncode == 0 and not status.stdout.strip():
+            return Tree(path, sha, rev)
+        raise RevisionError(f"{OPTION} {rev}: the worktree {path} is not a clean checkout of {sha[:12]} (edited, "
+                            f"or left by an interrupted run); remove it with `git worktree remove --force {path}`")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _git(repo, "worktree", "prune")
+    r = _git(repo, "worktree", "add", "--detach", str(path), sha)
+    if r.returncode != 0:
+        raise RevisionError(f"{OPTION} {rev}: could not check out {sha[:12]} at {path}: {_first_line(r.stderr)}")
+    log.info("base %s (%s) checked out at %s", rev, sha[:12], path)
+    return Tree(path, sha, rev)
+
+
+def working_tree(repo: Path) -> Tree:
+    """The candidate: the working tree as it is, uncommitted changes included."""
+    head = _git(repo, "rev-parse", "HEAD")
+    dirty = _git(repo, "status", "--porcelain", "--untracked-files=no").stdout.strip()
+    commit = head.stdout.strip() if head.returncode == 0 else "unknown"
+    return Tree(repo, commit, "working tree" + (" (uncommitted changes)" if dirty else ""))

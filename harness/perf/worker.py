@@ -1,0 +1,105 @@
+"""One arm of the A/B gate: a long-lived process that measures perf rounds with its own tree's code.
+
+    python -m harness.perf.worker        (started by harness/perf/arms.py, never by hand)
+
+The A/B gate runs one worker per arm: the candidate from the working tree, the base from a git
+worktree of the revision under test. Each imports its own `harness`, so each measures its own
+code; both load the same models (the model cache is shared) and run the same prompts and settings,
+which the controller sends. The protocol is JSON lines: one request on stdin, one answer on
+stdout; logs go to stderr. A request is {"op": ..., ...}; every answer has "ok" and, when false, a
+one-line "error".
+
+    hello                               -> protocol version, this tree's harness folder, pid
+    load  combination, settings, matrix, plant?  -> prompt ids; models loaded, warmed up
+    round index                         -> one round: plain / assisted tokens/s, speedup, counters
+    quit                                -> exits 0
+
+A revision whose tree has no such module predates the A/B gate and cannot be a base.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+PROTOCOL = 1
+
+log = logging.getLogger("harness.perf.worker")
+
+
+class Worker:
+    """The state of one arm: its registry, its loaded pair and its round runner."""
+
+    def __init__(self) -> None:
+        self.runner: Any = None
+
+    def hello(self, request: dict[str, Any]) -> dict[str, Any]:
+        import harness
+
+        return {"protocol": PROTOCOL, "harness": os.path.dirname(harness.__file__), "pid": os.getpid()}
+
+    def load(self, request: dict[str, Any]) -> dict[str, Any]:
+        from harness.core import registry
+        from harness.perf.combinations import Combination, PerfSettings
+        from harness.perf.runner import Runner, load_pair
+
+        matrix = registry.load_matrix(request.get("matrix"))
+        combo = Combination(**request["combination"])
+        settings = PerfSettings(**request["settings"])
+        plant = request.get("plant") or {}
+        start = time.perf_counter()
+        loaded = load_pair(matrix, combo, slowdown=plant.get("fraction", 0.0), plant_into=plant.get("into", "target"))
+        self.runner = Runner(matrix, combo, loaded, settings)
+        self.runner.warmup()
+        return {"prompt_ids": [p.id for p in self.runner.prompts], "load_s": time.perf_counter() - start}
+
+    def round(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.runner is None:
+            raise RuntimeError("round before load")
+        samples = self.runner.samples
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        self.runner.round()
+        out: dict[str, Any] = {name: getattr(samples, name)[-1]
+                               for name in ("plain_tokens_per_sec", "assisted_tokens_per_sec", "speedup")}
+        out.update(counters=samples.counters[-1], cpu_s=time.process_time() - cpu0, wall_s=time.perf_counter() - t0)
+        return out
+
+
+def serve(stdin: Any = sys.stdin, stdout: Any = sys.stdout) -> int:
+    """Answer requests until quit or end of input. A failed request answers ok: false with the
+    error on one line, and the worker goes on: the controller decides whether that ends the gate."""
+    worker = Worker()
+    for line in stdin:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            op = request["op"]
+            if op == "quit":
+                print(json.dumps({"ok": True}), file=stdout, flush=True)
+                return 0
+            if op not in ("hello", "load", "round"):
+                raise ValueError(f"unknown op {op!r}")
+            answer = {"ok": True, **getattr(worker, op)(request)}
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the controller as one line
+            log.exception("request failed")
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())}"}
+        print(json.dumps(answer, allow_nan=False), file=stdout, flush=True)
+    return 0
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    return serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

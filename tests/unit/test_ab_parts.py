@@ -1,0 +1,83 @@
+"""The A/B gate's parts: the load guard's reading of /proc, base revisions (missing, too old,
+reused, dirty) and the worker protocol against the working tree's own worker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.perf import loadguard, revision
+from harness.perf.arms import Arm, ArmError
+
+REPO = Path(__file__).resolve().parents[2]
+PREDATES = "6040276"  # a commit of this repository older than the A/B gate
+
+
+def test_parse_stat_reads_the_aggregate_line():
+    text = "cpu  100 5 50 1000 10 1 2 30 0 0\ncpu0 50 2 25 500 5 0 1 15 0 0\n"
+    t = loadguard.parse_stat(text)
+    hz = loadguard.CLOCK_TICKS
+    assert t.busy == pytest.approx(158 / hz) and t.steal == pytest.approx(30 / hz)
+    assert t.total == pytest.approx(1198 / hz)
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="no /proc here")
+def test_the_guard_sees_another_process_take_a_core():
+    guard = loadguard.LoadGuard()
+    burner = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 1.5\nwhile time.time() < t: pass"])
+    try:
+        time.sleep(0.2)
+        before = guard.snapshot([])
+        time.sleep(1.0)
+        why = guard.disturbance(before, guard.snapshot([]))
+    finally:
+        burner.wait()
+    assert why is not None and "other processes used" in why
+    # the same burn counted as the gate's own work is no disturbance
+    own = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 1.5\nwhile time.time() < t: pass"])
+    try:
+        time.sleep(0.2)
+        before = guard.snapshot([own.pid])
+        time.sleep(1.0)
+        after = guard.snapshot([own.pid])
+    finally:
+        own.wait()
+    assert after.own_cpu_s - before.own_cpu_s > 0.3  # the burner's CPU time is counted as the gate's own
+
+
+def test_a_revision_that_does_not_exist_names_the_option():
+    with pytest.raises(revision.RevisionError, match=r"--perf-against no-such-rev: no such revision .* sha, branch or tag"):
+        revision.checkout(REPO, "no-such-rev")
+
+
+def test_a_revision_older_than_the_gate_is_refused():
+    if subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{PREDATES}^{{commit}}"]).returncode != 0:
+        pytest.skip(f"{PREDATES} is not in this clone's history")
+    with pytest.raises(revision.RevisionError, match="has no A/B worker .* predates the A/B gate"):
+        revision.checkout(REPO, PREDATES)
+
+
+def test_head_checks_out_once_and_a_dirty_worktree_is_refused(tmp_path):
+    tree = revision.checkout(REPO, "HEAD", root=tmp_path)
+    assert (tree.path / revision.WORKER).is_file() and len(tree.commit) == 40
+    assert revision.checkout(REPO, "HEAD", root=tmp_path).path == tree.path  # reused
+    (tree.path / "harness" / "__init__.py").write_text("# edited\n")
+    with pytest.raises(revision.RevisionError, match="is not a clean checkout .* git worktree remove --force"):
+        revision.checkout(REPO, "HEAD", root=tmp_path)
+    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree.path)], check=True)
+
+
+def test_a_worker_answers_in_its_own_tree_and_leaves_nothing_behind():
+    arm = Arm("candidate", revision.working_tree(REPO), timeout_s=60)
+    arm.start()
+    pid = arm.process.pid
+    with pytest.raises(ArmError, match="candidate .*round failed: RuntimeError: round before load"):
+        arm.request({"op": "round", "index": 0})
+    arm.close()
+    assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0  # gone
+    with pytest.raises(ArmError, match="the worker is not running"):
+        arm.request({"op": "hello"})

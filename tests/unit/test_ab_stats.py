@@ -1,0 +1,61 @@
+"""The A/B gate's paired statistics (harness/perf/paired.py): verdicts on simulated per-round
+ratios, and the sequential procedure's error rates on many simulated gates."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from harness.perf import paired
+
+TOL = 0.10
+
+
+def ratios(rng: random.Random, change: float, noise: float, n: int) -> list[float]:
+    return [(1 + change) * rng.lognormvariate(0, noise) for _ in range(n)]
+
+
+@pytest.mark.parametrize("change, verdict", [(0.0, paired.PASS), (-0.10, paired.REGRESSION),
+                                             (0.10, paired.IMPROVEMENT)])
+def test_clear_changes_are_called(change, verdict):
+    d = paired.decide("speedup", ratios(random.Random(1), change, 0.02, 12), tolerance=TOL, alpha=0.001, at_cap=False)
+    assert d.verdict == verdict
+    assert d.ci_low < 1 + change < d.ci_high and d.rounds == 12
+    assert d.describe().startswith(f"speedup: {verdict.upper() if verdict != paired.PASS else 'pass'}, candidate/base")
+
+
+def test_too_noisy_is_inconclusive_then_undecided_at_the_cap():
+    r = ratios(random.Random(2), -0.05, 0.10, 6)
+    assert paired.decide("plain_tokens_per_sec", r, tolerance=TOL, alpha=0.001, at_cap=False).verdict == paired.INCONCLUSIVE
+    undecided = paired.decide("plain_tokens_per_sec", r, tolerance=TOL, alpha=0.001, at_cap=True)
+    assert undecided.verdict == paired.UNDECIDED and "too noisy to tell a 10% change" in undecided.describe()
+
+
+def simulate(change: float, noise: float, trials: int, seed: int) -> dict[str, int]:
+    """Whole sequential gates on one metric among 3 x 2 tests: rounds 6, batch 6, cap 30."""
+    rng = random.Random(seed)
+    rounds, batch, cap = 6, 6, 30
+    alpha = paired.alpha_per_test(0.01, 6, paired.looks(rounds, batch, cap))
+    out: dict[str, int] = {}
+    for _ in range(trials):
+        r = ratios(rng, change, noise, cap)
+        n = rounds
+        while True:
+            d = paired.decide("m", r[:n], tolerance=TOL, alpha=alpha, at_cap=n >= cap)
+            if d.verdict != paired.INCONCLUSIVE:
+                break
+            n = min(n + batch, cap)
+        out[d.verdict] = out.get(d.verdict, 0) + 1
+    return out
+
+
+def test_sequential_error_rates():
+    # A/A: a false regression or improvement in well under the family's 1% (one of six tests here)
+    aa = simulate(0.0, 0.05, 2000, seed=3)
+    assert aa.get(paired.REGRESSION, 0) + aa.get(paired.IMPROVEMENT, 0) <= 4, aa
+    assert aa.get(paired.PASS, 0) >= 1800, aa  # the rest UNDECIDED at the cap, never a silent pass
+    # a real 10% slowdown at the same noise: caught in nearly every gate
+    slow = simulate(-0.10, 0.05, 500, seed=4)
+    assert slow.get(paired.REGRESSION, 0) >= 475, slow
+    assert slow.get(paired.PASS, 0) == 0, slow
