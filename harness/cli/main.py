@@ -1,4 +1,4 @@
-"""The CLI: python -m harness {bench, models, pairs, humaneval, sandbox}. Errors print one line, no traceback.
+"""The CLI: python -m harness {bench, models, pairs, humaneval, sandbox, reference}. Errors print one line, no traceback.
 
 One module per command group (harness/cli/<group>.py), each with its parser and its commands;
 this module builds the parser from them and dispatches.
@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness.cli import bench, humaneval, models, sandbox
+from harness.cli import bench, humaneval, models, reference, sandbox
 from harness.core import registry
 from harness.core.errors import HarnessError
 
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_parsers(sub)
     humaneval.add_parser(sub)
     sandbox.add_parser(sub)
+    reference.add_parser(sub)
     return p
 
 
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
             return humaneval.run(matrix, args)
         if args.command == "sandbox":
             return sandbox.run(args)
+        if args.command == "reference":
+            return reference.run(args)
         return models.run(matrix, args)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -20,7 +20,7 @@ import harness
 from harness.core import platform, registry
 from harness.core.errors import HarnessError, did_you_mean
 from harness.core.generate import ASSISTED
-from harness.perf import baselines, revision
+from harness.perf import baselines, reference, revision
 from harness.perf.ab import ABGate, ABResult, ABSettings
 from harness.perf.arms import Arm
 from harness.perf.combinations import Combination, PerfSettings, combinations
@@ -30,6 +30,7 @@ from harness.perf.verdict import BaselineMismatchError, Verdict, check_comparabl
 log = logging.getLogger(__name__)
 
 _STATE = pytest.StashKey["PerfSession"]()
+_SKIPPED: set[str] = set()  # perf tests reported skipped in this process
 
 
 class PerfUndecidedWarning(UserWarning):
@@ -52,8 +53,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="cap on rounds while a decision is inconclusive")
     g.addoption("--perf-tolerance", type=float, default=None, metavar="FRACTION",
                 help="override the calibrated tolerance of every baseline, e.g. 0.1 for 10%%")
-    g.addoption("--perf-missing-baseline", choices=("fail", "skip"), default="fail",
-                help="a combination without a baseline on this platform: fail (default) or skip")
+    g.addoption("--perf-missing-baseline", choices=("reference", "fail", "skip"), default="reference",
+                help="a combination without a stored baseline on this platform: gate it A/B against the reference "
+                     "commit (default; baselines/reference.json), fail, or skip")
     g.addoption("--perf-undecided", choices=("warn", "fail"), default="warn",
                 help="a metric still undecided at --perf-max-repeats (the machine was too noisy to tell a "
                      "tolerance-sized change from none): warn (default; shown as UNDECIDED in the summary and "
@@ -72,7 +74,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "draft, the draft) FRACTION slower (e.g. 0.25)")
     g.addoption("--perf-matrix", default=None, metavar="PATH", help="registry file (default: harness/matrix.toml)")
     g.addoption("--perf-against", default=None, metavar="REV",
-                help="A/B gate: measure the working tree against git revision REV (sha, branch, tag, HEAD~1) in "
+                help="A/B gate: measure the working tree against git revision REV (sha, branch, tag, HEAD~1, or "
+                     "'reference': baselines/reference.json) in "
                      "one job, interleaved, instead of against stored baselines; --perf-tolerance is the change "
                      f"to catch (default {ABSettings().tolerance:.0%})")
 
@@ -123,11 +126,17 @@ def pytest_configure(config: pytest.Config) -> None:
     session = PerfSession(config, matrix, combos)
     if config.getoption("perf_against"):
         try:
-            repo = revision.repository_root(Path(harness.__file__).parent)
-            session.trees = (revision.checkout(repo, config.getoption("perf_against")), revision.working_tree(repo))
+            session.trees = ab_trees(config.getoption("perf_against"))
         except HarnessError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            raise pytest.UsageError(f"--perf-against {config.getoption('perf_against')}: {exc}") from None
     config.stash[_STATE] = session
+
+
+def ab_trees(rev: str) -> tuple[revision.Tree, revision.Tree]:
+    """(base, candidate) of the A/B gate: REV (or the reference commit) checked out, and the working tree."""
+    repo = revision.repository_root(Path(harness.__file__).parent)
+    sha = reference.read().commit if rev == reference.NAME else rev
+    return revision.checkout(repo, sha, label=rev), revision.working_tree(repo)
 
 
 class PerfSession:
@@ -147,7 +156,8 @@ class PerfSession:
         self.results: list[dict[str, Any]] = []
         self._baseline_docs: dict[str, dict[str, Any] | None] = {}  # device -> that platform's file, read once
         self.update_lines: list[str] = []
-        self.trees: tuple[revision.Tree, revision.Tree] | None = None  # A/B: (base, candidate)
+        self.trees: tuple[revision.Tree, revision.Tree] | None = None  # --perf-against: (base, candidate)
+        self.reference_trees: tuple[revision.Tree, revision.Tree] | None = None  # no stored baseline here
         self.gated = 0  # perf tests selected to run (the A/B gate's family of tests)
 
     # models: one pair in memory at a time (24 GiB here)
@@ -159,6 +169,11 @@ class PerfSession:
                                          slowdown=self.config.getoption("perf_plant_slowdown"),
                                          plant_into=self.config.getoption("perf_plant_into"))
         return self.loaded
+
+    def counts(self) -> dict[str, int]:
+        verdicts = [r["verdict"] for r in self.results if r["verdict"] != "baseline staged"]
+        return {"gated": len(verdicts), "regressed": sum(v in ("fail", "regression") for v in verdicts),
+                "undecided": verdicts.count("undecided"), "skipped": len(_SKIPPED)}
 
     def platform_id(self, device: str) -> str:
         return platform.detect(device).id
@@ -217,11 +232,22 @@ def perf_session(request: pytest.FixtureRequest) -> PerfSession:
     return request.config.stash[_STATE]
 
 
-def run_gate(session: PerfSession, combo: Combination, benchmark: Any) -> None:
-    """Measure one combination and apply the gates (or stage its new baseline)."""
+def run_gate(session: PerfSession, combo: Combination, request: pytest.FixtureRequest) -> None:
+    """Measure one combination and apply the gates (or stage its new baseline). The stored-baseline
+    gate times its rounds through pytest-benchmark's fixture; the A/B gate's rounds run in workers."""
     if session.trees is not None:
-        return run_ab_gate(session, combo)
+        return run_ab_gate(session, combo, session.trees)
     baseline = _baseline_or_skip(session, combo)
+    if baseline is None and not session.updating:  # no stored baseline here: A/B against the reference
+        log.warning("%s: no stored baseline on this platform; gating A/B against the reference commit", combo.id)
+        try:
+            session.reference_trees = session.reference_trees or ab_trees(reference.NAME)
+        except HarnessError as exc:
+            pytest.fail(f"{combo.id}: no stored baseline, and the A/B gate against the reference cannot run: {exc}",
+                        pytrace=False)
+        return run_ab_gate(session, combo, session.reference_trees, note="no stored baseline on this platform: gated A/B against the "
+                                                "reference commit (baselines/reference.json)")
+    benchmark = request.getfixturevalue("benchmark")
     if (session.config.getoption("perf_plant_slowdown") and session.config.getoption("perf_plant_into") == "draft"
             and combo.mode != ASSISTED):
         pytest.skip(f"{combo.id}: --perf-plant-into draft: this combination has no draft model ({combo.mode})")
@@ -256,9 +282,10 @@ def run_gate(session: PerfSession, combo: Combination, benchmark: Any) -> None:
         _report(session, combo, verdict)
 
 
-def run_ab_gate(session: PerfSession, combo: Combination) -> None:
-    """The A/B gate: the working tree against --perf-against REV, in one job (harness/perf/ab.py)."""
-    base, candidate = session.trees
+def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.Tree, revision.Tree],
+                note: str | None = None) -> None:
+    """The A/B gate: the working tree against a base revision, in one job (harness/perf/ab.py)."""
+    base, candidate = trees
     opt = session.config.getoption
     plant = {"fraction": opt("perf_plant_slowdown"), "into": opt("perf_plant_into")}
 
@@ -273,6 +300,8 @@ def run_ab_gate(session: PerfSession, combo: Combination) -> None:
                         settings).run()
     except HarnessError as exc:
         pytest.fail(f"{combo.id}: {exc}", pytrace=False)
+    if note:
+        result.notes.append(note)
     session.results.append(_ab_record(session, combo, result))
     if result.outcome == "regression" or (result.outcome == "undecided" and opt("perf_undecided") == "fail"):
         pytest.fail(result.message(), pytrace=False)
@@ -306,7 +335,9 @@ def _baseline_or_skip(session: PerfSession, combo: Combination) -> dict[str, Any
     if baseline is None and not session.updating:
         message = (f"{combo.id}: no baseline on platform {session.platform_id(combo.device)} in {path}. "
                    f"Measure it with: pytest -m perf --update-baselines -k '{combo.id}' (then review and commit "
-                   f"{path.name})")
+                   f"{path.name}), or name a reference commit for the A/B gate (python -m harness reference move)")
+        if reference.PATH.exists() and session.config.getoption("perf_missing_baseline") == "reference":
+            return None
         if session.config.getoption("perf_missing_baseline") == "skip":
             pytest.skip(message)
         pytest.fail(message, pytrace=False)
@@ -345,6 +376,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state: PerfSession | None = session.config.stash.get(_STATE, None)
     if state is None:
         return
+    if state.gated and not state.updating and state.counts()["gated"] == 0 and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a perf run that gated nothing is not a pass
     if state.results:
         from harness.perf import report as perf_report
 
@@ -373,14 +406,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state: PerfSession | None = config.stash.get(_STATE, None)
-    if state is None or not state.results:
+    if state is None or not state.gated:
         return
     from harness.perf import report as perf_report
 
     terminalreporter.section("perf gate")
-    for line in perf_report.summary_lines(state.results):
-        terminalreporter.write_line(line)
-    for line in state.update_lines:
-        terminalreporter.write_line(line)
-    terminalreporter.write_line(f"reports: {config.getoption('perf_report_dir')}/"
-                                "{results.json, summary.md, speedup.png}")
+    if state.results:
+        for line in perf_report.summary_lines(state.results):
+            terminalreporter.write_line(line)
+        for line in state.update_lines:
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(f"reports: {config.getoption('perf_report_dir')}/"
+                                    "{results.json, summary.md, speedup.png}")
+    c = state.counts()
+    line = f"perf gate: {c['gated']} gated, {c['regressed']} regressed, {c['undecided']} undecided, {c['skipped']} skipped"
+    if c["gated"] == 0 and not state.updating:
+        line += " -- nothing was gated, so this run FAILS: measure a baseline or name a reference commit"
+    terminalreporter.write_line(line, bold=True)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and "::test_perf[" in report.nodeid:
+        _SKIPPED.add(report.nodeid)

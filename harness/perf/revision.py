@@ -71,7 +71,7 @@ def check_worker(repo: Path, rev: str, sha: str) -> None:
                             "gate; choose a newer revision as the base")
 
 
-def checkout(repo: Path, rev: str, root: Path | None = None) -> Tree:
+def checkout(repo: Path, rev: str, root: Path | None = None, label: str | None = None) -> Tree:
     """A clean detached worktree of `rev` under <cache>/worktrees/<sha>, made or reused."""
     sha = resolve(repo, rev)
     check_worker(repo, rev, sha)
@@ -80,7 +80,7 @@ def checkout(repo: Path, rev: str, root: Path | None = None) -> Tree:
         head = _git(path, "rev-parse", "HEAD")
         status = _git(path, "status", "--porcelain", "--untracked-files=no")
         if head.returncode == 0 and head.stdout.strip() == sha and status.returncode == 0 and not status.stdout.strip():
-            return Tree(path, sha, rev)
+            return Tree(path, sha, label or rev)
         raise RevisionError(f"{OPTION} {rev}: the worktree {path} is not a clean checkout of {sha[:12]} (edited, "
                             f"or left by an interrupted run); remove it with `git worktree remove --force {path}`")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +89,7 @@ def checkout(repo: Path, rev: str, root: Path | None = None) -> Tree:
     if r.returncode != 0:
         raise RevisionError(f"{OPTION} {rev}: could not check out {sha[:12]} at {path}: {_first_line(r.stderr)}")
     log.info("base %s (%s) checked out at %s", rev, sha[:12], path)
-    return Tree(path, sha, rev)
+    return Tree(path, sha, label or rev)
 
 
 def working_tree(repo: Path) -> Tree:

@@ -4,5 +4,5 @@ harness/matrix.toml's [perf] table, each against this machine's baseline (baseli
 from harness.perf.plugin import run_gate
 
 
-def test_perf(perf_session, perf_combination, benchmark):
-    run_gate(perf_session, perf_combination, benchmark)
+def test_perf(perf_session, perf_combination, request):
+    run_gate(perf_session, perf_combination, request)

@@ -63,12 +63,14 @@ def test_a_revision_older_than_the_gate_is_refused():
 
 def test_head_checks_out_once_and_a_dirty_worktree_is_refused(tmp_path):
     tree = revision.checkout(REPO, "HEAD", root=tmp_path)
-    assert (tree.path / revision.WORKER).is_file() and len(tree.commit) == 40
-    assert revision.checkout(REPO, "HEAD", root=tmp_path).path == tree.path  # reused
-    (tree.path / "harness" / "__init__.py").write_text("# edited\n")
-    with pytest.raises(revision.RevisionError, match="is not a clean checkout .* git worktree remove --force"):
-        revision.checkout(REPO, "HEAD", root=tmp_path)
-    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree.path)], check=True)
+    try:
+        assert (tree.path / revision.WORKER).is_file() and len(tree.commit) == 40
+        assert revision.checkout(REPO, "HEAD", root=tmp_path).path == tree.path  # reused
+        (tree.path / "harness" / "__init__.py").write_text("# edited\n")
+        with pytest.raises(revision.RevisionError, match="is not a clean checkout .*git worktree remove --force"):
+            revision.checkout(REPO, "HEAD", root=tmp_path)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree.path)], check=True)
 
 
 def test_a_worker_answers_in_its_own_tree_and_leaves_nothing_behind():

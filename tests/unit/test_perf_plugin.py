@@ -92,12 +92,14 @@ def test_update_writes_every_combination_up_to_the_cap(measured):
 
 def test_missing_baseline_fails_with_the_update_command(measured, tmp_path):
     matrix, _, _ = measured
-    r = gate(matrix, tmp_path, "-k", "tiny+draft")
+    r = gate(matrix, tmp_path, "-k", "tiny+draft", "--perf-missing-baseline", "fail")
     assert r.returncode == 1
     assert f"{CID}: no baseline on platform" in r.stdout
     assert f"pytest -m perf --update-baselines -k '{CID}'" in r.stdout
+    # skipped, the combination is not gated: a run that gated nothing fails, and says so
     skipped = gate(matrix, tmp_path, "-k", "tiny+draft", "--perf-missing-baseline", "skip")
-    assert skipped.returncode == 0 and "1 skipped" in skipped.stdout
+    assert skipped.returncode == 1 and "1 skipped" in skipped.stdout
+    assert "perf gate: 0 gated, 0 regressed, 0 undecided, 1 skipped -- nothing was gated" in skipped.stdout
 
 
 def test_the_verdict_moves_with_a_planted_slowdown(workspace):
@@ -109,6 +111,7 @@ def test_the_verdict_moves_with_a_planted_slowdown(workspace):
     assert same.returncode == 0, same.stdout
     assert set(verdicts(directory).values()) == {"pass"}, (directory / "reports" / "summary.md").read_text()
     assert "exact pass" in same.stdout and "FAIL" not in same.stdout
+    assert "perf gate: 2 gated, 0 regressed, 0 undecided, 0 skipped" in same.stdout
     assert (directory / "reports" / "speedup.png").stat().st_size > 0
 
     # the target's forward pass 4x slower: the absolute gate fails, with the full message

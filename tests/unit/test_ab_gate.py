@@ -1,0 +1,71 @@
+"""The A/B gate end to end through pytest (a child run) on tiny local models: the working tree
+against HEAD, unchanged and with a slowdown planted in the candidate's workers only; bad
+revisions are one-line usage errors; no worker outlives the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiny_models import write_local_matrix
+
+REPO = Path(__file__).resolve().parents[2]
+GATE = REPO / "tests" / "perf" / "test_perf_gate.py"
+CID = "tiny+draft:fp32+fp32:cpu:greedy:k4"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ab")
+    return write_local_matrix(root), root
+
+
+def ab(tiny, *args: str, tolerance: str = "0.5") -> tuple[subprocess.CompletedProcess, dict]:
+    matrix, root = tiny
+    cmd = [sys.executable, "-m", "pytest", str(GATE), "-p", "no:cacheprovider", "-q", "-k", "tiny+draft",
+           "--perf-matrix", str(matrix), "--perf-report-dir", str(root / "reports"), "--perf-against", "HEAD",
+           "--perf-tolerance", tolerance, *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900,
+                       env={**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
+    report = root / "reports" / "results.json"
+    results = json.loads(report.read_text())["results"] if report.exists() else []
+    return r, next((x for x in results if x["combination"] == CID), {})
+
+
+def workers_left() -> list[str]:
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if "harness.perf.worker" in line]
+
+
+def test_the_verdict_moves_with_a_slowdown_planted_in_the_candidate(tiny):
+    for _ in range(3):  # a tiny model's round is milliseconds: a busy spell earns a re-run
+        same, rec = ab(tiny)
+        if rec.get("verdict") == "pass":
+            break
+    assert same.returncode == 0 and rec["verdict"] == "pass", same.stdout[-3000:]
+    assert rec["mode"] == "ab" and rec["base"].startswith("HEAD ") and rec["rounds"] >= 3
+    assert set(rec["ratios"]) == {"speedup", "assisted_tokens_per_sec", "plain_tokens_per_sec"}
+    assert rec["behaviour_changes"] == []  # one code, one behaviour: greedy counters equal
+
+    slowed, rec = ab(tiny, "--perf-plant-slowdown", "3")
+    assert slowed.returncode == 1, slowed.stdout[-3000:]
+    assert rec["verdict"] == "regression"
+    assert f"perf regression in {CID}: candidate working tree" in slowed.stdout
+    assert "against base HEAD" in slowed.stdout and "plain_tokens_per_sec: REGRESSION" in slowed.stdout
+    assert not workers_left()
+
+
+@pytest.mark.parametrize("rev, message", [
+    ("no-such-rev", "--perf-against no-such-rev: no such revision"),
+])
+def test_a_bad_revision_is_a_usage_error(tiny, rev, message):
+    matrix, root = tiny
+    r = subprocess.run([sys.executable, "-m", "pytest", str(GATE), "-p", "no:cacheprovider", "-q", "--perf-matrix",
+                        str(matrix), "--perf-against", rev], capture_output=True, text=True, cwd=REPO, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
+    assert r.returncode == 4 and message in r.stderr and "Traceback" not in r.stderr
