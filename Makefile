@@ -10,7 +10,7 @@ SMOKE_PAIR  ?= smollm2-135m+self
 BENCH_ARGS  ?=
 K_SWEEP     ?= 2-8
 
-.PHONY: setup bench bench-smoke sweep test unit fetch perf perf-all perf-update gate-power clean-venv \
+.PHONY: setup bench bench-smoke sweep test unit fetch perf perf-ab perf-all perf-update gate-power clean-venv \
         accuracy accuracy-all humaneval-full sandbox-tools sandbox-selftest quant-table
 
 setup: $(VENV)/.installed
@@ -67,12 +67,19 @@ unit: setup
 
 # The test suite CI runs: unit tests (tiny random models), the real-model smoke tests, the accuracy
 # suite's CI part (greedy equivalence on SmolLM2, HumanEval pass@1 of the default pair on a fixed
-# subset, in the sandbox), and the perf gate on the fast combinations (a machine kind without
-# committed baselines skips them, saying so).
+# subset, in the sandbox), and the perf gate on the fast combinations: against this platform's
+# stored baselines, or, where it has none, A/B against the reference commit (baselines/reference.json).
 test: setup
 	$(PY) -m pytest tests/unit tests/integration
 	$(MAKE) accuracy
-	$(MAKE) perf PERF_ARGS="--perf-missing-baseline skip $(PERF_ARGS)"
+	$(MAKE) perf
+
+# The A/B gate: the working tree against a revision (default: the reference commit), interleaved in
+# one job. E.g. make perf-ab AGAINST=HEAD~1
+AGAINST     ?= reference
+perf-ab: setup
+	$(PY) -m harness models fetch smollm2-135m-instruct
+	$(PY) -m pytest tests/perf -m "perf and not slow" --perf-against $(AGAINST) --benchmark-disable $(PERF_ARGS)
 
 # Accuracy (tests/accuracy): greedy equivalence with near-tie triage, lossless sampling, HumanEval
 # pass@1 of the default pair on a fixed subset in the sandbox. CI-sized: a few minutes on 2 cores.

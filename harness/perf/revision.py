@@ -8,7 +8,9 @@ line that names the option or the revision and what to do.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,11 +77,15 @@ def checkout(repo: Path, rev: str, root: Path | None = None, label: str | None =
     """A clean detached worktree of `rev` under <cache>/worktrees/<sha>, made or reused."""
     sha = resolve(repo, rev)
     check_worker(repo, rev, sha)
-    path = (root or cache_root() / "worktrees") / sha
+    # one folder per repository: a worktree belongs to the repository that made it
+    path = (root or cache_root() / "worktrees" / hashlib.sha256(str(repo).encode()).hexdigest()[:8]) / sha
     if path.exists():
         head = _git(path, "rev-parse", "HEAD")
+        if head.returncode != 0:  # not a checkout any more (its repository moved): make it again
+            shutil.rmtree(path)
+            return checkout(repo, rev, root, label)
         status = _git(path, "status", "--porcelain", "--untracked-files=no")
-        if head.returncode == 0 and head.stdout.strip() == sha and status.returncode == 0 and not status.stdout.strip():
+        if head.stdout.strip() == sha and status.returncode == 0 and not status.stdout.strip():
             return Tree(path, sha, label or rev)
         raise RevisionError(f"{OPTION} {rev}: the worktree {path} is not a clean checkout of {sha[:12]} (edited, "
                             f"or left by an interrupted run); remove it with `git worktree remove --force {path}`")

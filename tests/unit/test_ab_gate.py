@@ -22,7 +22,9 @@ CID = "tiny+draft:fp32+fp32:cpu:greedy:k4"
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("ab")
-    return write_local_matrix(root), root
+    yield write_local_matrix(root), root
+    for tree in (root / "cache" / "worktrees").glob("*/*"):  # the base worktrees the runs made
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True)
 
 
 def ab(tiny, *args: str, tolerance: str = "0.5") -> tuple[subprocess.CompletedProcess, dict]:
