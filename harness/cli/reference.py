@@ -79,6 +79,9 @@ def ab_run(repo: Path, marker: str) -> list[str]:
             raise HarnessError(f"reference move: the A/B run measured nothing (pytest exit {done.returncode}); "
                                "the reference was not moved")
         results = json.loads(report.read_text())["results"]
+    if done.returncode != 0:
+        results.append({"verdict": "regression", "combination": f"the A/B run (pytest exit {done.returncode}: a "
+                        "regression, an error or an undecided gate; see above)", "ab_decisions": {}})
     lines = []
     for r in results:
         changes = ", ".join(f"{m} {d['verdict'].upper() if d['verdict'] != 'pass' else 'pass'} "

@@ -137,8 +137,8 @@ class ABGate:
 
     def run(self, progress: Callable[[int, dict[str, paired.PairedDecision] | None], None] | None = None) -> ABResult:
         s = self.settings
-        self.start()
         try:
+            self.start()
             index, decisions = 0, None
             while True:
                 target = s.rounds if index < s.rounds else min(index + s.batch, s.max_rounds)

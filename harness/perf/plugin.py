@@ -77,7 +77,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="A/B gate: measure the working tree against git revision REV (sha, branch, tag, HEAD~1, or "
                      "'reference': baselines/reference.json) in "
                      "one job, interleaved, instead of against stored baselines; --perf-tolerance is the change "
-                     f"to catch (default {ABSettings().tolerance:.0%})")
+                     f"to catch (default {ABSettings().tolerance * 100:.0f}%%)")
 
 
 def _check_options(config: pytest.Config) -> None:
@@ -128,7 +128,9 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             session.trees = ab_trees(config.getoption("perf_against"))
         except HarnessError as exc:
-            raise pytest.UsageError(f"--perf-against {config.getoption('perf_against')}: {exc}") from None
+            message = str(exc)
+            prefix = f"--perf-against {config.getoption('perf_against')}: "
+            raise pytest.UsageError(message if message.startswith("--perf-against") else prefix + message) from None
     config.stash[_STATE] = session
 
 
@@ -212,8 +214,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     state: PerfSession | None = session.config.stash.get(_STATE, None)
     if state is not None:
-        state.gated = sum(1 for i in session.items if "perf_combination" in getattr(getattr(i, "callspec", None),
-                                                                                   "params", {}))
+        # the perf tests that will run (a device missing here is a skip marked at collection)
+        state.gated = sum(1 for i in session.items if i.get_closest_marker("skip") is None
+                          and "perf_combination" in getattr(getattr(i, "callspec", None), "params", {}))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -235,6 +238,9 @@ def perf_session(request: pytest.FixtureRequest) -> PerfSession:
 def run_gate(session: PerfSession, combo: Combination, request: pytest.FixtureRequest) -> None:
     """Measure one combination and apply the gates (or stage its new baseline). The stored-baseline
     gate times its rounds through pytest-benchmark's fixture; the A/B gate's rounds run in workers."""
+    if (session.config.getoption("perf_plant_slowdown") and session.config.getoption("perf_plant_into") == "draft"
+            and combo.mode != ASSISTED):
+        pytest.skip(f"{combo.id}: --perf-plant-into draft: this combination has no draft model ({combo.mode})")
     if session.trees is not None:
         return run_ab_gate(session, combo, session.trees)
     baseline = _baseline_or_skip(session, combo)
@@ -248,9 +254,6 @@ def run_gate(session: PerfSession, combo: Combination, request: pytest.FixtureRe
         return run_ab_gate(session, combo, session.reference_trees, note="no stored baseline on this platform: gated A/B against the "
                                                 "reference commit (baselines/reference.json)")
     benchmark = request.getfixturevalue("benchmark")
-    if (session.config.getoption("perf_plant_slowdown") and session.config.getoption("perf_plant_into") == "draft"
-            and combo.mode != ASSISTED):
-        pytest.skip(f"{combo.id}: --perf-plant-into draft: this combination has no draft model ({combo.mode})")
     runner = Runner(session.matrix, combo, session.models_for(combo), session.settings)
     if baseline is not None and not session.updating:
         try:
@@ -376,7 +379,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state: PerfSession | None = session.config.stash.get(_STATE, None)
     if state is None:
         return
-    if state.gated and not state.updating and state.counts()["gated"] == 0 and session.exitstatus == 0:
+    if (state.gated and not state.updating and not session.config.option.collectonly
+            and state.counts()["gated"] == 0 and session.exitstatus == 0):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a perf run that gated nothing is not a pass
     if state.results:
         from harness.perf import report as perf_report
@@ -420,7 +424,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                                     "{results.json, summary.md, speedup.png}")
     c = state.counts()
     line = f"perf gate: {c['gated']} gated, {c['regressed']} regressed, {c['undecided']} undecided, {c['skipped']} skipped"
-    if c["gated"] == 0 and not state.updating:
+    if c["gated"] == 0 and not state.updating and not config.option.collectonly:
         line += " -- nothing was gated, so this run FAILS: measure a baseline or name a reference commit"
     terminalreporter.write_line(line, bold=True)
 

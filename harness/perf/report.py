@@ -76,9 +76,9 @@ def chart(results: list[dict[str, Any]], path: Path) -> None:
     ax.bar([x - 0.2 for x in xs], plain, width=0.4, label="plain", color="#8c8c8c")
     ax.bar([x + 0.2 for x in xs], assisted, width=0.4, label="assisted", color="#2a7ab9")
     for x, a, s, r in zip(xs, assisted, speedup, results):
-        flag = {"fail": " FAIL", "undecided": " UNDECIDED"}.get(r["verdict"], "")
+        flag = {"fail": " FAIL", "regression": " REGRESSION", "undecided": " UNDECIDED"}.get(r["verdict"], "")
         ax.annotate(f"{s:.2f}x{flag}", (x + 0.2, a), ha="center", va="bottom", fontsize=9,
-                    color={"fail": "#b22222", "undecided": "#c07000"}.get(r["verdict"], "black"))
+                    color={"fail": "#b22222", "regression": "#b22222", "undecided": "#c07000"}.get(r["verdict"], "black"))
     ax.set_xticks(list(xs))
     ax.set_xticklabels(names, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("tokens/s (median)")

@@ -46,7 +46,7 @@ def workers_left() -> list[str]:
 
 def test_the_verdict_moves_with_a_slowdown_planted_in_the_candidate(tiny):
     for _ in range(3):  # a tiny model's round is milliseconds: a busy spell earns a re-run
-        same, rec = ab(tiny)
+        same, rec = ab(tiny, "--perf-max-repeats", "24")
         if rec.get("verdict") == "pass":
             break
     assert same.returncode == 0 and rec["verdict"] == "pass", same.stdout[-3000:]

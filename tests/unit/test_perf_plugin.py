@@ -23,10 +23,11 @@ from tiny_models import write_local_matrix
 REPO = Path(__file__).resolve().parents[2]
 GATE = REPO / "tests" / "perf" / "test_perf_gate.py"
 CID = "tiny+draft:fp32+fp32:cpu:greedy:k4"
-# the decision threshold sits at 1 - T/2 = 0.75 of the baseline: a planted 4x slower forward pass
-# must land below it, unchanged code above it
-TOLERANCE = "0.5"
-SLOWDOWN = "3"
+# the decision threshold sits at 1 - T/2 = 0.6 of the baseline: a planted 6x slower forward pass
+# must land below it, unchanged code above it. Wide, because a tiny model's speed differs between
+# processes by tens of percent (memory placement), and the baseline was measured in another one.
+TOLERANCE = "0.8"
+SLOWDOWN = "5"
 
 
 def gate(matrix: Path, directory: Path, *args: str, tolerance: str = TOLERANCE) -> subprocess.CompletedProcess:
@@ -114,12 +115,12 @@ def test_the_verdict_moves_with_a_planted_slowdown(workspace):
     assert "perf gate: 2 gated, 0 regressed, 0 undecided, 0 skipped" in same.stdout
     assert (directory / "reports" / "speedup.png").stat().st_size > 0
 
-    # the target's forward pass 4x slower: the absolute gate fails, with the full message
+    # the target's forward pass 6x slower: the absolute gate fails, with the full message
     slowed = gate(matrix, directory, "-k", "tiny+draft", "--perf-plant-slowdown", SLOWDOWN)
     assert slowed.returncode == 1, slowed.stdout
     assert verdicts(directory) == {CID: "fail"}
     for part in (f"perf regression in {CID}", "plain_tokens_per_sec: baseline median", "measured median",
-                 "tolerance 50%", "Welch t =", "FAIL",
+                 "tolerance 80%", "Welch t =", "FAIL",
                  f"If the change is intended, update this machine's baseline: pytest -m perf --update-baselines -k '{CID}'"):
         assert part in slowed.stdout
 
