@@ -10,7 +10,7 @@ SMOKE_PAIR  ?= smollm2-135m+self
 BENCH_ARGS  ?=
 K_SWEEP     ?= 2-8
 
-.PHONY: setup bench bench-smoke sweep test unit fetch perf perf-ab perf-all perf-update gate-power clean-venv \
+.PHONY: setup bench bench-smoke sweep test unit fetch perf perf-ab perf-all perf-update gate-power gate-power-ab clean-venv \
         accuracy accuracy-all humaneval-full sandbox-tools sandbox-selftest quant-table
 
 setup: $(VENV)/.installed
@@ -55,6 +55,12 @@ perf-update: setup
 # How well the gate tells planted slowdowns from noise (detection / false-alarm table).
 gate-power: setup
 	$(PY) benchmarks/gate_power.py $(GATE_POWER_ARGS)
+
+# How well the A/B gate tells a slower commit from noise: real gates per planted slowdown (resumed
+# from results/ab_power.jsonl), plus simulation from the measured A/A rounds.
+AB_POWER_ARGS ?= --pair smollm2-135m+self --levels 0,0.05,0.10,0.25 --gates 5
+gate-power-ab: setup
+	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS)
 
 # What each precision buys (quant/): quantize time, decode tokens/s, held-out perplexity per
 # precision of the pair's target and draft, then assisted speedups per target+draft precision.

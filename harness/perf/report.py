@@ -1,5 +1,6 @@
 """Reports of a perf session: the terminal summary, results.json (versioned, schema-checked),
-summary.md and speedup.png (plain against assisted tokens/s, with the speedup, per combination)."""
+summary.md, speedup.png (plain against assisted tokens/s, with the speedup, per combination) and,
+for the A/B gate, ab.png (the per-round candidate/base ratios with each verdict and its interval)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,9 @@ def write_all(results: list[dict[str, Any]], directory: Path) -> None:
     md = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)] + ["| " + " | ".join(r) + " |" for r in rows]
     jsonio.atomic_write_text(directory / "summary.md", "\n".join(md) + "\n")
     chart(results, directory / "speedup.png")
+    ab = [r for r in results if r.get("mode") == "ab"]
+    if ab:
+        ab_chart(ab, directory / "ab.png")
 
 
 def chart(results: list[dict[str, Any]], path: Path) -> None:
@@ -89,3 +93,42 @@ def chart(results: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(tmp, dpi=110)
     plt.close(fig)
     tmp.replace(path)
+
+
+def _save(fig: Any, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def ab_chart(results: list[dict[str, Any]], path: Path) -> None:
+    """One panel per A/B combination: every round's candidate/base ratio per metric, the interval of
+    its geometric mean, the threshold at -T/2, and the verdict; both arms named."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"plain_tokens_per_sec": "#8c8c8c", "assisted_tokens_per_sec": "#2a7ab9", "speedup": "#2e8b57"}
+    fig, axes = plt.subplots(len(results), 1, figsize=(9, 3.2 * len(results)), squeeze=False)
+    for ax, r in zip(axes[:, 0], results):
+        for i, (metric, ratios) in enumerate(r["ratios"].items()):
+            d = r["ab_decisions"][metric]
+            x = [n + 1 + (i - 1) * 0.15 for n in range(len(ratios))]
+            ax.scatter(x, ratios, s=12, color=colors.get(metric, "black"), alpha=0.6,
+                       label=f"{metric.replace('_tokens_per_sec', ' tok/s')}: {d['verdict'].upper()} "
+                             f"{d['change'] * 100:+.1f}% [{(d['ci_low'] - 1) * 100:+.1f}, {(d['ci_high'] - 1) * 100:+.1f}]")
+            ax.axhspan(d["ci_low"], d["ci_high"], color=colors.get(metric, "black"), alpha=0.12)
+        tolerance = next(iter(r["ab_decisions"].values()))["tolerance"]
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.axhline(1 - tolerance / 2, color="#b22222", lw=0.8, ls="--", label=f"threshold -{tolerance / 2:.0%}")
+        ax.set_title(f"{r['combination']}: {r['verdict'].upper()}\ncandidate {r['candidate']} vs base {r['base']}",
+                     fontsize=9)
+        ax.set_xlabel("paired round")
+        ax.set_ylabel("candidate / base")
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    _save(fig, path)

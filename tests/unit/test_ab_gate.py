@@ -53,6 +53,7 @@ def test_the_verdict_moves_with_a_slowdown_planted_in_the_candidate(tiny):
     assert rec["mode"] == "ab" and rec["base"].startswith("HEAD ") and rec["rounds"] >= 3
     assert set(rec["ratios"]) == {"speedup", "assisted_tokens_per_sec", "plain_tokens_per_sec"}
     assert rec["behaviour_changes"] == []  # one code, one behaviour: greedy counters equal
+    assert (tiny[1] / "reports" / "ab.png").stat().st_size > 0
 
     slowed, rec = ab(tiny, "--perf-plant-slowdown", "3")
     assert slowed.returncode == 1, slowed.stdout[-3000:]

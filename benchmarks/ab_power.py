@@ -1,0 +1,139 @@
+"""How well does the A/B gate tell a slower commit from noise on this machine?
+
+Runs whole A/B gates (harness/perf/ab.py) of the working tree against a base revision, with a
+slowdown planted in the candidate's target forward pass only (0 = A/A), and records each finished
+gate to a JSON-lines file, so an interrupted run resumes where it stopped. Then prints, per
+planted level: detection (REGRESSION) and false-alarm rates, UNDECIDED, rounds and minutes per gate;
+and the same rates from a simulation that resamples the measured A/A per-round ratios (shifted by
+each level) through the gate's own sequential procedure, for rates tighter than a few real gates give.
+
+    python benchmarks/ab_power.py --pair smollm2-135m+self --levels 0,0.10 --gates 5
+    python benchmarks/ab_power.py --pair qwen-coder-1.5b+0.5b --levels 0,0.05,0.10,0.25 --gates 10   # hours
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+from harness.core import registry
+from harness.perf import paired, revision
+from harness.perf.ab import ABGate, ABSettings
+from harness.perf.arms import Arm
+from harness.perf.combinations import Combination, PerfSettings
+from harness.perf.runner import METRICS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pair", default="smollm2-135m+self")
+    p.add_argument("--against", default="HEAD", help="base revision (default HEAD: the same code, A/A at level 0)")
+    p.add_argument("--levels", default="0,0.10", help="slowdowns planted in the candidate's target forward")
+    p.add_argument("--gates", type=int, default=5, help="real gates per level")
+    p.add_argument("--tolerance", type=float, default=ABSettings().tolerance)
+    p.add_argument("--trials", type=int, default=5000, help="simulated gates per level")
+    p.add_argument("--out", type=Path, default=Path("results/ab_power.jsonl"), help="finished gates (resumed)")
+    return p.parse_args(argv)
+
+
+def combination(matrix: registry.Matrix, pair_name: str) -> Combination:
+    pair = matrix.pair(pair_name)
+    return Combination(pair=pair.name, target_precision=pair.target_precision, draft_precision=pair.draft_precision,
+                       platform="cpu", device="cpu", decoding="greedy", k=pair.num_assistant_tokens, mode=pair.mode)
+
+
+def run_gate(matrix, combo, settings, trees, level, tolerance, seed) -> dict:
+    base, candidate = trees
+
+    def load_request(arm: str) -> dict:
+        return {"op": "load", "matrix": str(matrix.path), "combination": dataclasses.asdict(combo),
+                "settings": dataclasses.asdict(settings),
+                "plant": {"fraction": level, "into": "target"} if arm == "candidate" and level else None}
+
+    start = time.perf_counter()
+    result = ABGate(combo, settings, Arm("base", base), Arm("candidate", candidate), load_request,
+                    ABSettings(tolerance=tolerance, seed=seed)).run()
+    return {"level": level, "outcome": result.outcome, "rounds": result.rounds, "redone": result.redone,
+            "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
+            "verdicts": {m: d.verdict for m, d in result.decisions.items()}}
+
+
+def simulate(aa_ratios: list[dict[str, float]], level: float, settings: PerfSettings, tolerance: float,
+             trials: int, rng: random.Random) -> dict[str, float]:
+    """Gates replayed on resampled A/A rounds, every ratio scaled by (1 - level) for plain and assisted
+    tokens/s (a slower target forward slows both; the speedup moves less and is left as measured)."""
+    alpha = paired.alpha_per_test(paired.DEFAULT_FAMILY_ALPHA, len(METRICS), paired.looks(settings.rounds, settings.batch,
+                                                                                      settings.max_rounds))
+    counts = {"regression": 0, "undecided": 0, "rounds": 0}
+    for _ in range(trials):
+        rounds = [rng.choice(aa_ratios) for _ in range(settings.max_rounds)]
+        n = settings.rounds
+        while True:
+            verdicts = [paired.decide(m, [r[m] * ((1 - level) if m != "speedup" else 1) for r in rounds[:n]],
+                                      tolerance=tolerance, alpha=alpha, at_cap=n >= settings.max_rounds).verdict
+                        for m in METRICS]
+            if all(v != paired.INCONCLUSIVE for v in verdicts):
+                break
+            n = min(n + settings.batch, settings.max_rounds)
+        counts["regression"] += paired.REGRESSION in verdicts
+        counts["undecided"] += paired.REGRESSION not in verdicts and paired.UNDECIDED in verdicts
+        counts["rounds"] += n
+    return {"regression": counts["regression"] / trials, "undecided": counts["undecided"] / trials,
+            "rounds": counts["rounds"] / trials}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    matrix = registry.load_matrix()
+    combo = combination(matrix, args.pair)
+    settings = PerfSettings.from_matrix(matrix)
+    repo = revision.repository_root(REPO)
+    trees = (revision.checkout(repo, args.against), revision.working_tree(repo))
+    levels = [float(x) for x in args.levels.split(",")]
+    done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
+    done = [g for g in done if g.get("combination") == combo.id]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for level in levels:
+        for i in range(sum(g["level"] == level for g in done), args.gates):
+            print(f"[{combo.id}] level {level:.0%}: gate {i + 1}/{args.gates}", file=sys.stderr, flush=True)
+            gate = {"combination": combo.id, **run_gate(matrix, combo, settings, trees, level, args.tolerance, seed=i)}
+            with open(args.out, "a", encoding="utf-8") as fh:  # one line per finished gate: resumable
+                fh.write(json.dumps(gate) + "\n")
+            done.append(gate)
+            print(f"  {gate['outcome']} after {gate['rounds']} rounds, {gate['minutes']:.1f} min", file=sys.stderr)
+    report(done, levels, settings, args)
+    return 0
+
+
+def report(done: list[dict], levels: list[float], settings: PerfSettings, args) -> None:
+    aa = [dict(zip(METRICS, values)) for g in done if g["level"] == 0
+          for values in zip(*(g["ratios"][m] for m in METRICS))]
+    print(f"\nA/B gate power, {done[0]['combination'] if done else args.pair}, tolerance {args.tolerance:.0%} "
+          f"(threshold -{args.tolerance / 2:.0%}), rounds {settings.rounds} (+{settings.batch}) up to {settings.max_rounds}")
+    print(f"{'slowdown':>8} | {'real gates':>10} {'regression':>10} {'undecided':>9} {'rounds':>6} {'min/gate':>8} | "
+          f"{'simulated regression':>20} {'undecided':>9} {'rounds':>6}")
+    rng = random.Random(20261123)
+    for level in levels:
+        gates = [g for g in done if g["level"] == level]
+        n = len(gates) or 1
+        sim = simulate(aa, level, settings, args.tolerance, args.trials, rng) if aa else None
+        real = (f"{len(gates):>10} {sum(g['outcome'] == 'regression' for g in gates) / n:>10.0%} "
+                f"{sum(g['outcome'] == 'undecided' for g in gates) / n:>9.0%} "
+                f"{sum(g['rounds'] for g in gates) / n:>6.1f} {sum(g['minutes'] for g in gates) / n:>8.1f}")
+        simulated = (f"{sim['regression']:>20.1%} {sim['undecided']:>9.1%} {sim['rounds']:>6.1f}" if sim
+                     else f"{'(needs A/A gates)':>37}")
+        print(f"{level:>8.0%} | {real} | {simulated}")
+    spread = {m: math.sqrt(sum(math.log(r[m]) ** 2 for r in aa) / max(1, len(aa) - 1)) for m in METRICS} if aa else {}
+    print("A/A per-round spread of ln(candidate/base): " + ", ".join(f"{m} {v:.1%}" for m, v in spread.items()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
