@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,9 @@ class SamplesError(HarnessError):
     """A samples file that cannot be used; the message names the file and line."""
 
 
+@cache
 def problems() -> dict[str, dict[str, Any]]:
+    """The 164 problems, read once per process (compare and evaluate ask for them per file and per task)."""
     return prompts.humaneval_problems()
 
 

@@ -22,10 +22,10 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.perf.revision import Tree
+from harness.perf.worker import PROTOCOL
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 1  # the worker protocol this controller speaks (harness/perf/worker.py PROTOCOL)
 
 
 class ArmError(HarnessError):

@@ -24,7 +24,7 @@ from harness.perf import baselines, reference, revision
 from harness.perf.ab import ABGate, ABResult, ABSettings
 from harness.perf.arms import Arm
 from harness.perf.combinations import Combination, PerfSettings, combinations
-from harness.perf.runner import METRICS, LoadedPair, Runner, git_commit, load_pair
+from harness.perf.runner import METRICS, LoadedPair, Runner, acceptance_rate, git_commit, load_pair
 from harness.perf.verdict import BaselineMismatchError, Verdict, check_comparable, confirm, evaluate
 
 log = logging.getLogger(__name__)
@@ -315,15 +315,12 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
 def _ab_record(session: PerfSession, combo: Combination, result: ABResult) -> dict[str, Any]:
     """The combination's entry of results.json: the candidate's samples, the paired ratios, the verdict."""
     cand = result.samples["candidate"]
-    counters = cand[0]["counters"]
-    drafted = sum(c["drafted"] for c in counters.values())
     return {"combination": combo.id, "platform": session.platform_id(combo.device), "verdict": result.outcome,
             "mode": "ab", "base": result.base, "candidate": result.candidate, "rounds": result.rounds,
             "redone": result.redone, "restarts": result.restarts, "ratios": result.ratios,
             "ab_decisions": {m: d.as_dict() for m, d in result.decisions.items()},
             "behaviour_changes": result.counter_differences,
-            "acceptance_rate": (sum(c["accepted"] for c in counters.values()) / drafted) if drafted else None,
-            **{m: [s[m] for s in cand] for m in METRICS}}
+            "acceptance_rate": acceptance_rate(cand[0]["counters"]), **{m: [s[m] for s in cand] for m in METRICS}}
 
 
 def _baseline_or_skip(session: PerfSession, combo: Combination) -> dict[str, Any] | None:
@@ -360,10 +357,8 @@ def _measure(session: PerfSession, runner: Runner, benchmark: Any) -> None:
 
 def _result(session: PerfSession, runner: Runner) -> dict[str, Any]:
     """The combination's entry of results.json, before its verdict."""
-    counters = runner.exact_counters() or runner.samples.counters[0]
-    drafted = sum(c["drafted"] for c in counters.values())
     return {"combination": runner.combo.id, "platform": session.platform_id(runner.combo.device),
-            "acceptance_rate": (sum(c["accepted"] for c in counters.values()) / drafted) if drafted else None}
+            "acceptance_rate": acceptance_rate(runner.exact_counters() or runner.samples.counters[0])}
 
 
 def _report(session: PerfSession, combo: Combination, verdict: Verdict) -> None:

@@ -75,6 +75,12 @@ def load_pair(matrix: Matrix, combo: Combination, *, slowdown: float = 0.0, plan
     return LoadedPair(combo.model_key, target, draft)
 
 
+def acceptance_rate(counters: dict[str, dict[str, int]]) -> float | None:
+    """Accepted / drafted over one round's prompts; None without drafted tokens."""
+    drafted = sum(c["drafted"] for c in counters.values())
+    return sum(c["accepted"] for c in counters.values()) / drafted if drafted else None
+
+
 @dataclass
 class Samples:
     plain_tokens_per_sec: list[float] = field(default_factory=list)
