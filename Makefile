@@ -39,8 +39,10 @@ sweep: fetch
 	$(PY) -m harness bench --pair $(PAIR) --compare --num-assistant-tokens $(K_SWEEP) \
 	    --json results/sweep.json --markdown results/sweep.md $(BENCH_ARGS)
 
-# The perf gate on the fast combinations (SmolLM2), against baselines/<this platform>.json.
-perf: setup
+# The stored-baseline gate (a slower machine, driver or library) on the fast combinations and the
+# default pair (greedy), against baselines/<this platform>.json; A/B against the reference where
+# this platform has no baseline for a combination.
+perf: fetch
 	$(PY) -m harness models fetch smollm2-135m-instruct
 	$(PY) -m pytest tests/perf -m "perf and not slow" --benchmark-disable $(PERF_ARGS)
 
@@ -49,7 +51,7 @@ perf-all: fetch
 	$(PY) -m pytest tests/perf -m perf --benchmark-disable $(PERF_ARGS)
 
 # After a hardware or library change: measure this machine again, then review the diff of baselines/.
-perf-update: setup
+perf-update: fetch
 	$(PY) -m pytest tests/perf -m "perf and not slow" --update-baselines --benchmark-disable $(PERF_ARGS)
 
 # How well the gate tells planted slowdowns from noise (detection / false-alarm table).
@@ -73,17 +75,17 @@ unit: setup
 
 # The test suite CI runs: unit tests (tiny random models), the real-model smoke tests, the accuracy
 # suite's CI part (greedy equivalence on SmolLM2, HumanEval pass@1 of the default pair on a fixed
-# subset, in the sandbox), and the perf gate on the fast combinations: against this platform's
-# stored baselines, or, where it has none, A/B against the reference commit (baselines/reference.json).
+# subset, in the sandbox), and the merge gate: the A/B perf gate of this tree against the reference
+# commit (baselines/reference.json) on the fast combinations and the default pair, greedy.
 test: setup
 	$(PY) -m pytest tests/unit tests/integration
 	$(MAKE) accuracy
-	$(MAKE) perf
+	$(MAKE) perf-ab
 
 # The A/B gate: the working tree against a revision (default: the reference commit), interleaved in
-# one job. E.g. make perf-ab AGAINST=HEAD~1
+# one job, on the fast combinations and the default pair (greedy). E.g. make perf-ab AGAINST=HEAD~1
 AGAINST     ?= reference
-perf-ab: setup
+perf-ab: fetch
 	$(PY) -m harness models fetch smollm2-135m-instruct
 	$(PY) -m pytest tests/perf -m "perf and not slow" --perf-against $(AGAINST) --benchmark-disable $(PERF_ARGS)
 

@@ -18,12 +18,15 @@ import dataclasses
 import json
 import math
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
 
 from harness.core import registry
-from harness.perf import paired, revision
+from pytest_benchmark.utils import parse_compare_fail
+
+from harness.perf import paired, revision, stats
 from harness.perf.ab import ABGate, ABSettings
 from harness.perf.arms import Arm
 from harness.perf.combinations import Combination, PerfSettings
@@ -59,10 +62,15 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed) -> dict:
                 "plant": {"fraction": level, "into": "target"} if arm == "candidate" and level else None}
 
     start = time.perf_counter()
+
+    def progress(done: int, decisions) -> None:
+        print(f"  round {done} ({(time.perf_counter() - start) / 60:.1f} min)", file=sys.stderr, flush=True)
+
     result = ABGate(combo, settings, Arm("base", base), Arm("candidate", candidate), load_request,
-                    ABSettings(tolerance=tolerance, seed=seed)).run()
+                    ABSettings(tolerance=tolerance, seed=seed)).run(progress)
     return {"level": level, "outcome": result.outcome, "rounds": result.rounds, "redone": result.redone,
             "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
+            "arms": {arm: {m: [s[m] for s in samples] for m in METRICS} for arm, samples in result.samples.items()},
             "verdicts": {m: d.verdict for m, d in result.decisions.items()}}
 
 
@@ -70,15 +78,14 @@ def simulate(aa_ratios: list[dict[str, float]], level: float, settings: PerfSett
              trials: int, rng: random.Random) -> dict[str, float]:
     """Gates replayed on resampled A/A rounds, every ratio scaled by (1 - level) for plain and assisted
     tokens/s (a slower target forward slows both; the speedup moves less and is left as measured)."""
-    alpha = paired.alpha_per_test(paired.DEFAULT_FAMILY_ALPHA, len(METRICS), paired.looks(settings.rounds, settings.batch,
-                                                                                      settings.max_rounds))
+    design = ABSettings(tolerance=tolerance).design(settings)
     counts = {"regression": 0, "undecided": 0, "rounds": 0}
     for _ in range(trials):
         rounds = [rng.choice(aa_ratios) for _ in range(settings.max_rounds)]
         n = settings.rounds
         while True:
             verdicts = [paired.decide(m, [r[m] * ((1 - level) if m != "speedup" else 1) for r in rounds[:n]],
-                                      tolerance=tolerance, alpha=alpha, at_cap=n >= settings.max_rounds).verdict
+                                      design, at_cap=n >= settings.max_rounds).verdict
                         for m in METRICS]
             if all(v != paired.INCONCLUSIVE for v in verdicts):
                 break
@@ -101,8 +108,10 @@ def main(argv=None) -> int:
     done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
     done = [g for g in done if g.get("combination") == combo.id]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    for level in levels:
-        for i in range(sum(g["level"] == level for g in done), args.gates):
+    for i in range(args.gates):  # levels interleaved, so a slow hour of the machine hits every level
+        for level in levels:
+            if sum(g["level"] == level for g in done) > i:
+                continue
             print(f"[{combo.id}] level {level:.0%}: gate {i + 1}/{args.gates}", file=sys.stderr, flush=True)
             gate = {"combination": combo.id, **run_gate(matrix, combo, settings, trees, level, args.tolerance, seed=i)}
             with open(args.out, "a", encoding="utf-8") as fh:  # one line per finished gate: resumable
@@ -110,6 +119,7 @@ def main(argv=None) -> int:
             done.append(gate)
             print(f"  {gate['outcome']} after {gate['rounds']} rounds, {gate['minutes']:.1f} min", file=sys.stderr)
     report(done, levels, settings, args)
+    compare_gates(done, levels, settings, args.tolerance)
     return 0
 
 
@@ -117,7 +127,7 @@ def report(done: list[dict], levels: list[float], settings: PerfSettings, args) 
     aa = [dict(zip(METRICS, values)) for g in done if g["level"] == 0
           for values in zip(*(g["ratios"][m] for m in METRICS))]
     print(f"\nA/B gate power, {done[0]['combination'] if done else args.pair}, tolerance {args.tolerance:.0%} "
-          f"(threshold -{args.tolerance / 2:.0%}), rounds {settings.rounds} (+{settings.batch}) up to {settings.max_rounds}")
+          f"(regression: significant and beyond -{args.tolerance / 4:.1%}; pass: -{args.tolerance / 2:.0%} ruled out), rounds {settings.rounds} (+{settings.batch}) up to {settings.max_rounds}")
     print(f"{'slowdown':>8} | {'real gates':>10} {'regression':>10} {'undecided':>9} {'rounds':>6} {'min/gate':>8} | "
           f"{'simulated regression':>20} {'undecided':>9} {'rounds':>6}")
     rng = random.Random(20261123)
@@ -133,6 +143,60 @@ def report(done: list[dict], levels: list[float], settings: PerfSettings, args) 
         print(f"{level:>8.0%} | {real} | {simulated}")
     spread = {m: math.sqrt(sum(math.log(r[m]) ** 2 for r in aa) / max(1, len(aa) - 1)) for m in METRICS} if aa else {}
     print("A/A per-round spread of ln(candidate/base): " + ", ".join(f"{m} {v:.1%}" for m, v in spread.items()))
+
+
+def stored_gate_fails(stored: dict[str, list[float]], measured: dict[str, list[float]],
+                      settings: PerfSettings) -> tuple[bool, float]:
+    """The stored-baseline gate's rule (harness/perf/stats.py) on these rounds: the tolerance it would
+    calibrate from the stored rounds (as `pytest -m perf --update-baselines` does), then each metric's
+    comparison at the cap. Returns (failed, the widest tolerance it used)."""
+    alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, settings.looks())
+    failed, widest = False, 0.0
+    for m in METRICS:
+        drift, _ = stats.drift_sd(stored[m], settings.drift_block)
+        tol = stats.calibrated_tolerance(stored[m], cap=settings.max_rounds, alpha=alpha, drift=drift,
+                                         floor=settings.tolerance_floor)
+        d = stats.compare_samples(m, stored[m], measured[m], tol, alpha=alpha, at_cap=True, drift_sd=drift)
+        failed |= d.verdict == stats.FAIL
+        widest = max(widest, tol)
+    return failed, widest
+
+
+def benchmark_compare_fails(stored: dict[str, list[float]], measured: dict[str, list[float]],
+                            tolerance: float) -> bool:
+    """pytest-benchmark's own --benchmark-compare-fail=mean:T% check (its PercentageRegressionCheck)
+    on the mean time per token of plain and of assisted decoding."""
+    check = parse_compare_fail(f"mean:{round(tolerance * 100)}%")
+    mean = lambda tps: statistics.fmean(1 / v for v in tps)  # noqa: E731 - seconds per token
+    return any(check.fails({"mean": mean(measured[m])}, {"mean": mean(stored[m])})
+               for m in ("plain_tokens_per_sec", "assisted_tokens_per_sec"))
+
+
+def compare_gates(done: list[dict], levels: list[float], settings: PerfSettings, tolerance: float) -> None:
+    """The three gates on the same trials: each gate's candidate rounds against a baseline stored at
+    another time (the base arm of the earliest other gate), and the A/B verdict of the gate itself."""
+    gates = [g for g in done if "arms" in g]
+    if len(gates) < 2:
+        print("(the stored-baseline and pytest-benchmark comparison needs 2 gates that recorded both arms)")
+        return
+    print(f"\nSame trials, three gates (tolerance {tolerance:.0%}): share of gates that call a regression")
+    print(f"{'slowdown':>8} | {'gates':>5} {'A/B gate':>8} {'stored-baseline gate':>20} {'(its tolerance)':>15} "
+          f"{'pytest-benchmark mean:' + str(round(tolerance * 100)) + '%':>25}")
+    for level in levels:
+        rows = [g for g in gates if g["level"] == level]
+        if not rows:
+            continue
+        stored_fail, benchmark_fail, widest = 0, 0, []
+        for g in rows:
+            stored = next(o for o in gates if o is not g)["arms"]["base"]
+            failed, tol = stored_gate_fails(stored, g["arms"]["candidate"], settings)
+            stored_fail += failed
+            widest.append(tol)
+            benchmark_fail += benchmark_compare_fails(stored, g["arms"]["candidate"], tolerance)
+        n = len(rows)
+        ab = sum(g["outcome"] == "regression" for g in rows)
+        print(f"{level:>8.0%} | {n:>5} {ab / n:>8.0%} {stored_fail / n:>20.0%} {statistics.median(widest):>15.0%} "
+              f"{benchmark_fail / n:>25.0%}")
 
 
 if __name__ == "__main__":

@@ -32,9 +32,15 @@ MAX_REDOS_PER_ROUND = 3
 class ABSettings:
     tolerance: float = 0.10
     family_alpha: float = paired.DEFAULT_FAMILY_ALPHA
+    miss_rate: float = paired.DEFAULT_MISS_RATE
     tests: int = len(METRICS)       # metrics x combinations in the whole gate run
     restart_every: int = 8
     seed: int = 0
+
+    def design(self, settings: PerfSettings) -> paired.Design:
+        return paired.Design(tolerance=self.tolerance, tests=self.tests,
+                             looks=paired.looks(settings.rounds, settings.batch, settings.max_rounds),
+                             family_alpha=self.family_alpha, miss_rate=self.miss_rate)
 
 
 @dataclass
@@ -123,10 +129,8 @@ class ABGate:
         return {m: [c[m] / b[m] for b, c in zip(self.samples["base"], self.samples["candidate"])] for m in METRICS}
 
     def decisions(self, at_cap: bool) -> dict[str, paired.PairedDecision]:
-        s = self.settings
-        alpha = paired.alpha_per_test(self.ab.family_alpha, self.ab.tests, paired.looks(s.rounds, s.batch, s.max_rounds))
-        return {m: paired.decide(m, r, tolerance=self.ab.tolerance, alpha=alpha, at_cap=at_cap)
-                for m, r in self.ratios().items()}
+        design = self.ab.design(self.settings)
+        return {m: paired.decide(m, r, design, at_cap=at_cap) for m, r in self.ratios().items()}
 
     def counter_differences(self) -> list[str]:
         if self.combo.decoding != "greedy":

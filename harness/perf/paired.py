@@ -1,20 +1,27 @@
 """The A/B gate's statistics: paired per-round log ratios of candidate to base.
 
 Both arms run each round within the same minute, so noise that moves the whole machine (another
-tenant, a frequency step) hits both and cancels in d = ln(candidate / base). The gate tests the
-mean of d with a t interval, sequentially: after `rounds`, then every `batch` rounds up to `cap`,
-stopping as soon as every metric is decided.
+tenant, a frequency step) hits both and cancels in d = ln(candidate / base). The gate looks at the
+mean of d after `rounds`, then every `batch` rounds up to `cap`, and stops as soon as every metric
+is decided.
 
-With tolerance T, the decision threshold is a change of T/2 either way (a slowdown of T must be
-called a regression, no change must pass):
-  REGRESSION   the whole interval is below ln(1 - T/2)
-  IMPROVEMENT  the whole interval is above ln(1 + T/2)
-  PASS         the whole interval is above ln(1 - T/2) (no regression of T/2 or more)
+With tolerance T (the slowdown the gate exists to catch), each call carries its own stated error
+rate:
+  REGRESSION   significantly slower (the alpha-interval lies below 0), by an estimated T/4 or more
+  IMPROVEMENT  significantly faster (the alpha-interval lies above 0), by an estimated T/4 or more
+  PASS         a slowdown of T/2 or more is ruled out: the one-sided beta-bound lies above -T/2
   inconclusive otherwise: more rounds; UNDECIDED at the cap.
+A change below T/4 is never called; between T/4 and T/2 either call may come, whichever the data
+settle first (the indifference zone); a slowdown of T/2 or more passes at most at the miss rate.
 
-False alarms: `family_alpha` is the chance that a gate run (every metric of every combination,
-over all looks) calls a regression or an improvement that is not there. It is split by
-Bonferroni over metrics x combinations x looks and the two directions, which is conservative.
+Error rates (`Design`):
+- false alarm: `family_alpha` is the chance that a gate run (every metric of every combination,
+  over all looks) calls a regression or an improvement that is not there. Bonferroni over
+  metrics x combinations x looks x the two directions: conservative, valid whatever the correlation.
+- miss: `miss_rate` is the chance that one metric slowed by T/2 or more is called PASS, split over
+  the looks. A missed slowdown and a false alarm are different mistakes, so a PASS does not have to
+  clear the false-alarm bar: an unchanged commit passes in a few rounds, while a regression call
+  still needs the strict one.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Any
 
 PASS, REGRESSION, IMPROVEMENT, INCONCLUSIVE, UNDECIDED = "pass", "regression", "improvement", "inconclusive", "undecided"
 DEFAULT_FAMILY_ALPHA = 0.01
+DEFAULT_MISS_RATE = 0.05
 
 
 def looks(rounds: int, batch: int, cap: int) -> int:
@@ -34,9 +42,24 @@ def looks(rounds: int, batch: int, cap: int) -> int:
     return 1 + max(0, -(-(cap - rounds) // batch))
 
 
-def alpha_per_test(family_alpha: float, tests: int, n_looks: int) -> float:
-    """One side of one metric at one look (Bonferroni over tests, looks and the two directions)."""
-    return family_alpha / (2 * max(1, tests) * max(1, n_looks))
+@dataclass(frozen=True)
+class Design:
+    """The sequential test's thresholds and error rates for one gate run."""
+    tolerance: float
+    tests: int          # metrics x combinations gated in the run (the false-alarm family)
+    looks: int
+    family_alpha: float = DEFAULT_FAMILY_ALPHA
+    miss_rate: float = DEFAULT_MISS_RATE
+
+    @property
+    def alpha(self) -> float:
+        """One direction of one metric at one look, for a REGRESSION or IMPROVEMENT call."""
+        return self.family_alpha / (2 * max(1, self.tests) * max(1, self.looks))
+
+    @property
+    def beta(self) -> float:
+        """One metric at one look, for a PASS call."""
+        return self.miss_rate / max(1, self.looks)
 
 
 @dataclass
@@ -44,11 +67,13 @@ class PairedDecision:
     metric: str
     verdict: str
     change: float      # geometric-mean candidate / base - 1
-    ci_low: float      # interval of candidate / base
+    ci_low: float      # alpha-interval of candidate / base (two-sided, 1 - 2 alpha)
     ci_high: float
+    pass_bound: float  # one-sided beta lower bound of candidate / base: PASS when above 1 - T/2
     rounds: int
     tolerance: float
     alpha: float       # per side, per look
+    beta: float        # per look
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,32 +83,41 @@ class PairedDecision:
                 INCONCLUSIVE: "inconclusive"}[self.verdict]
         line = (f"{self.metric}: {what}, candidate/base {self.change * 100:+.1f}% "
                 f"({100 * (1 - 2 * self.alpha):.2f}% CI [{(self.ci_low - 1) * 100:+.1f}%, {(self.ci_high - 1) * 100:+.1f}%], "
-                f"{self.rounds} paired rounds, threshold -{self.tolerance / 2:.1%})")
+                f"{100 * (1 - self.beta):.1f}% lower bound {(self.pass_bound - 1) * 100:+.1f}%, "
+                f"{self.rounds} paired rounds; regression beyond -{self.tolerance / 4:.1%} when significant, "
+                f"pass when -{self.tolerance / 2:.1%} is ruled out)")
         if self.verdict == UNDECIDED:
-            line += (f" -- at the cap the interval still spans -{self.tolerance / 2:.1%}: too noisy to tell a "
-                     f"{self.tolerance:.0%} change from none (raise --perf-max-repeats or use a quieter machine)")
+            line += (f" -- at the cap the data allow neither a pass (no slowdown of {self.tolerance / 2:.1%}) nor a "
+                     f"regression call: too noisy to tell a {self.tolerance:.0%} change from none "
+                     "(raise --perf-max-repeats or use a quieter machine)")
         return line
 
 
-def decide(metric: str, ratios: Sequence[float], *, tolerance: float, alpha: float, at_cap: bool) -> PairedDecision:
-    """The verdict on one metric from its per-round candidate/base ratios."""
-    d = [math.log(r) for r in ratios]
-    n = len(d)
-    mean = statistics.fmean(d)
-    if n < 2:
-        return PairedDecision(metric, UNDECIDED if at_cap else INCONCLUSIVE, math.exp(mean) - 1, 0.0, math.inf, n,
-                              tolerance, alpha)
+def _t(p: float, df: int) -> float:
     from scipy.stats import t
 
-    half = float(t.ppf(1 - alpha, n - 1)) * statistics.stdev(d) / math.sqrt(n)
+    return float(t.ppf(p, df))
+
+
+def decide(metric: str, ratios: Sequence[float], design: Design, *, at_cap: bool) -> PairedDecision:
+    """The verdict on one metric from its per-round candidate/base ratios."""
+    d = [math.log(r) for r in ratios]
+    n, tol = len(d), design.tolerance
+    mean = statistics.fmean(d)
+    if n < 2:
+        return PairedDecision(metric, UNDECIDED if at_cap else INCONCLUSIVE, math.exp(mean) - 1, 0.0, math.inf, 0.0,
+                              n, tol, design.alpha, design.beta)
+    se = statistics.stdev(d) / math.sqrt(n)
+    half = _t(1 - design.alpha, n - 1) * se
     low, high = mean - half, mean + half
-    down, up = math.log(1 - tolerance / 2), math.log(1 + tolerance / 2)
-    if high < down:
+    pass_bound = mean - _t(1 - design.beta, n - 1) * se
+    if high < 0 and mean < math.log(1 - tol / 4):
         verdict = REGRESSION
-    elif low > up:
+    elif low > 0 and mean > math.log(1 + tol / 4):
         verdict = IMPROVEMENT
-    elif low > down:
+    elif pass_bound > math.log(1 - tol / 2):
         verdict = PASS
     else:
         verdict = UNDECIDED if at_cap else INCONCLUSIVE
-    return PairedDecision(metric, verdict, math.exp(mean) - 1, math.exp(low), math.exp(high), n, tolerance, alpha)
+    return PairedDecision(metric, verdict, math.exp(mean) - 1, math.exp(low), math.exp(high), math.exp(pass_bound),
+                          n, tol, design.alpha, design.beta)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -300,7 +301,7 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
                           tests=len(METRICS) * max(1, session.gated))
     try:
         result = ABGate(combo, session.settings, Arm("base", base), Arm("candidate", candidate), load_request,
-                        settings).run()
+                        settings).run(_ab_progress(session.config, combo))
     except HarnessError as exc:
         pytest.fail(f"{combo.id}: {exc}", pytrace=False)
     if note:
@@ -310,6 +311,20 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
         pytest.fail(result.message(), pytrace=False)
     if result.outcome == "undecided":
         warnings.warn(PerfUndecidedWarning(result.message() + "\n(--perf-undecided=fail makes this a failure)"))
+
+
+def _ab_progress(config: pytest.Config, combo: Combination):
+    """A line every few rounds on the terminal (a gate on the default pair takes minutes)."""
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    started = time.perf_counter()
+
+    def progress(done: int, decisions: dict[str, Any] | None) -> None:
+        if terminal is None or done % 4:
+            return
+        last = "; ".join(f"{m} {d.change * 100:+.1f}% {d.verdict}" for m, d in (decisions or {}).items())
+        terminal.write_line(f"  A/B {combo.id}: {done} rounds, {(time.perf_counter() - started) / 60:.1f} min"
+                            + (f" (last look: {last})" if last else ""))
+    return progress
 
 
 def _ab_record(session: PerfSession, combo: Combination, result: ABResult) -> dict[str, Any]:

@@ -84,6 +84,11 @@ def checkout(repo: Path, rev: str, root: Path | None = None, label: str | None =
         if head.returncode != 0:  # not a checkout any more (its repository moved): make it again
             shutil.rmtree(path)
             return checkout(repo, rev, root, label)
+        lock = _lock_file(path)
+        if lock.exists():
+            raise RevisionError(f"{OPTION} {rev}: the worktree {path} is locked by a git lock file (another git "
+                                f"process is using it, or one crashed there); wait for it, or remove {lock} if no "
+                                "git process runs")
         status = _git(path, "status", "--porcelain", "--untracked-files=no")
         if head.stdout.strip() == sha and status.returncode == 0 and not status.stdout.strip():
             return Tree(path, sha, label or rev)
@@ -92,10 +97,19 @@ def checkout(repo: Path, rev: str, root: Path | None = None, label: str | None =
     path.parent.mkdir(parents=True, exist_ok=True)
     _git(repo, "worktree", "prune")
     r = _git(repo, "worktree", "add", "--detach", str(path), sha)
+    if r.returncode != 0 and "locked" in r.stderr:
+        raise RevisionError(f"{OPTION} {rev}: git keeps a locked worktree registered at {path} (`git worktree "
+                            f"lock`); unlock it with `git worktree unlock {path}`, then run again")
     if r.returncode != 0:
         raise RevisionError(f"{OPTION} {rev}: could not check out {sha[:12]} at {path}: {_first_line(r.stderr)}")
     log.info("base %s (%s) checked out at %s", rev, sha[:12], path)
     return Tree(path, sha, label or rev)
+
+
+def _lock_file(worktree: Path) -> Path:
+    """The index lock of a linked worktree: <repo>/.git/worktrees/<name>/index.lock."""
+    gitdir = _git(worktree, "rev-parse", "--absolute-git-dir").stdout.strip()
+    return Path(gitdir) / "index.lock" if gitdir else worktree / ".git" / "index.lock"
 
 
 def working_tree(repo: Path) -> Tree:

@@ -73,6 +73,27 @@ def test_head_checks_out_once_and_a_dirty_worktree_is_refused(tmp_path):
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree.path)], check=True)
 
 
+def test_a_locked_worktree_is_refused_with_what_to_do(tmp_path):
+    tree = revision.checkout(REPO, "HEAD", root=tmp_path)
+    try:
+        gitdir = Path(subprocess.run(["git", "-C", str(tree.path), "rev-parse", "--absolute-git-dir"],
+                                     capture_output=True, text=True, check=True).stdout.strip())
+        (gitdir / "index.lock").write_text("")  # another git process at work there
+        with pytest.raises(revision.RevisionError, match=r"is locked by a git lock file .*index\.lock"):
+            revision.checkout(REPO, "HEAD", root=tmp_path)
+        (gitdir / "index.lock").unlink()
+        assert revision.checkout(REPO, "HEAD", root=tmp_path).path == tree.path
+        # `git worktree lock`, then the folder removed by hand: git refuses to check out there again
+        subprocess.run(["git", "-C", str(REPO), "worktree", "lock", str(tree.path)], check=True)
+        subprocess.run(["rm", "-rf", str(tree.path)], check=True)
+        with pytest.raises(revision.RevisionError, match="locked worktree .*git worktree unlock"):
+            revision.checkout(REPO, "HEAD", root=tmp_path)
+        subprocess.run(["git", "-C", str(REPO), "worktree", "unlock", str(tree.path)], check=True)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree.path)])
+        subprocess.run(["git", "-C", str(REPO), "worktree", "prune"])
+
+
 def test_a_worker_answers_in_its_own_tree_and_leaves_nothing_behind():
     arm = Arm("candidate", revision.working_tree(REPO), timeout_s=60)
     arm.start()
