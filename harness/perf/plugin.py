@@ -316,14 +316,21 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
 def _ab_progress(config: pytest.Config, combo: Combination):
     """A line every few rounds on the terminal (a gate on the default pair takes minutes)."""
     terminal = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")  # output inside a test is captured
     started = time.perf_counter()
 
     def progress(done: int, decisions: dict[str, Any] | None) -> None:
         if terminal is None or done % 4:
             return
         last = "; ".join(f"{m} {d.change * 100:+.1f}% {d.verdict}" for m, d in (decisions or {}).items())
-        terminal.write_line(f"  A/B {combo.id}: {done} rounds, {(time.perf_counter() - started) / 60:.1f} min"
-                            + (f" (last look: {last})" if last else ""))
+        line = (f"A/B {combo.id}: {done} rounds, {(time.perf_counter() - started) / 60:.1f} min"
+                + (f" (last look: {last})" if last else ""))
+        if capture is None:
+            terminal.write_line(line)
+            return
+        with capture.global_and_fixture_disabled():
+            terminal.ensure_newline()
+            terminal.write_line(line)
     return progress
 
 
