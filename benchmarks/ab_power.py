@@ -87,7 +87,7 @@ def simulate(aa_ratios: list[dict[str, float]], level: float, settings: PerfSett
             verdicts = [paired.decide(m, [r[m] * ((1 - level) if m != "speedup" else 1) for r in rounds[:n]],
                                       design, at_cap=n >= settings.max_rounds).verdict
                         for m in METRICS]
-            if all(v != paired.INCONCLUSIVE for v in verdicts):
+            if paired.settled(verdicts):
                 break
             n = min(n + settings.batch, settings.max_rounds)
         counts["regression"] += paired.REGRESSION in verdicts

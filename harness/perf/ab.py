@@ -5,8 +5,9 @@ a random order; the load guard redoes a round pair that another process disturbe
 `restart_every` rounds both workers are restarted (and warmed up again), so that no single
 process, lucky or unlucky in its memory placement, decides the gate. After `rounds`, then every
 `batch` rounds up to `cap`, the paired statistics (harness/perf/paired.py) decide each metric;
-the gate stops when all are decided. Greedy counters (drafted, accepted, target forwards per
-prompt) are compared exactly between the arms: a difference is a behaviour change, not noise.
+the gate stops when one regressed or all are decided. Greedy counters (drafted, accepted, target
+forwards per prompt) are compared exactly between the arms: a difference is a behaviour change,
+not noise.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ class ABGate:
                     if progress:
                         progress(index, decisions)
                 decisions = self.decisions(at_cap=index >= s.max_rounds)
-                if index >= s.max_rounds or all(d.verdict != paired.INCONCLUSIVE for d in decisions.values()):
+                if index >= s.max_rounds or paired.settled([d.verdict for d in decisions.values()]):
                     break
         finally:
             self.close()

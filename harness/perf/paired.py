@@ -2,8 +2,8 @@
 
 Both arms run each round within the same minute, so noise that moves the whole machine (another
 tenant, a frequency step) hits both and cancels in d = ln(candidate / base). The gate looks at the
-mean of d after `rounds`, then every `batch` rounds up to `cap`, and stops as soon as every metric
-is decided.
+mean of d after `rounds`, then every `batch` rounds up to `cap`, and stops as soon as a metric
+regressed or every metric is decided (`settled`).
 
 With tolerance T (the slowdown the gate exists to catch), each call carries its own stated error
 rate:
@@ -91,6 +91,13 @@ class PairedDecision:
                      f"regression call: too noisy to tell a {self.tolerance:.0%} change from none "
                      "(raise --perf-max-repeats or use a quieter machine)")
         return line
+
+
+def settled(verdicts: Sequence[str]) -> bool:
+    """Whether a gate may stop at this look: a metric regressed (the outcome cannot change to a pass),
+    or no metric is inconclusive. Stopping early on a regression leaves the false-alarm bound as it is:
+    each look's call was already counted in the Bonferroni split."""
+    return REGRESSION in verdicts or INCONCLUSIVE not in verdicts
 
 
 def _t(p: float, df: int) -> float:

@@ -58,6 +58,7 @@ def test_the_verdict_moves_with_a_slowdown_planted_in_the_candidate(tiny):
     slowed, rec = ab(tiny, "--perf-plant-slowdown", "3")
     assert slowed.returncode == 1, slowed.stdout[-3000:]
     assert rec["verdict"] == "regression"
+    assert rec["rounds"] == 3  # a regression at the first look ends the gate (paired.settled)
     assert f"perf regression in {CID}: candidate working tree" in slowed.stdout
     assert "against base HEAD" in slowed.stdout and "plain_tokens_per_sec: REGRESSION" in slowed.stdout
     assert not workers_left()

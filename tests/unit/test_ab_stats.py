@@ -26,6 +26,12 @@ def test_clear_changes_are_called(change, verdict):
     assert d.describe().startswith(f"speedup: {verdict.upper() if verdict != paired.PASS else 'pass'}, candidate/base")
 
 
+def test_a_gate_stops_at_a_regression_or_when_every_metric_is_decided():
+    assert paired.settled([paired.REGRESSION, paired.INCONCLUSIVE])  # the outcome is a regression already
+    assert paired.settled([paired.PASS, paired.IMPROVEMENT])
+    assert not paired.settled([paired.PASS, paired.INCONCLUSIVE])
+
+
 def test_too_noisy_is_inconclusive_then_undecided_at_the_cap():
     r = ratios(random.Random(2), -0.05, 0.10, 6)
     assert paired.decide("plain_tokens_per_sec", r, CLEAR, at_cap=False).verdict == paired.INCONCLUSIVE
