@@ -127,7 +127,7 @@ def report(done: list[dict], levels: list[float], settings: PerfSettings, args) 
     aa = [dict(zip(METRICS, values)) for g in done if g["level"] == 0
           for values in zip(*(g["ratios"][m] for m in METRICS))]
     print(f"\nA/B gate power, {done[0]['combination'] if done else args.pair}, tolerance {args.tolerance:.0%} "
-          f"(regression: significant and beyond -{args.tolerance / 4:.1%}; pass: -{args.tolerance / 2:.0%} ruled out), rounds {settings.rounds} (+{settings.batch}) up to {settings.max_rounds}")
+          f"(regression: significant and beyond -{args.tolerance / 2:.0%}; pass: -{args.tolerance / 2:.0%} ruled out), rounds {settings.rounds} (+{settings.batch}) up to {settings.max_rounds}")
     print(f"{'slowdown':>8} | {'real gates':>10} {'regression':>10} {'undecided':>9} {'rounds':>6} {'min/gate':>8} | "
           f"{'simulated regression':>20} {'undecided':>9} {'rounds':>6}")
     rng = random.Random(20261123)
