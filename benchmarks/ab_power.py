@@ -69,6 +69,7 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed) -> dict:
     result = ABGate(combo, settings, Arm("base", base), Arm("candidate", candidate), load_request,
                     ABSettings(tolerance=tolerance, seed=seed)).run(progress)
     return {"level": level, "outcome": result.outcome, "rounds": result.rounds, "redone": result.redone,
+            "restart_every": ABSettings().restart_every,
             "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
             "arms": {arm: {m: [s[m] for s in samples] for m in METRICS} for arm, samples in result.samples.items()},
             "verdicts": {m: d.verdict for m, d in result.decisions.items()}}

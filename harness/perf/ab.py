@@ -35,7 +35,7 @@ class ABSettings:
     family_alpha: float = paired.DEFAULT_FAMILY_ALPHA
     miss_rate: float = paired.DEFAULT_MISS_RATE
     tests: int = len(METRICS)       # metrics x combinations in the whole gate run
-    restart_every: int = 8
+    restart_every: int = 4          # so the first look (8 rounds) already spans two worker pairs
     seed: int = 0
 
     def design(self, settings: PerfSettings) -> paired.Design:
