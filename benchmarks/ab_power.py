@@ -66,10 +66,10 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed) -> dict:
     def progress(done: int, decisions) -> None:
         print(f"  round {done} ({(time.perf_counter() - start) / 60:.1f} min)", file=sys.stderr, flush=True)
 
-    result = ABGate(combo, settings, Arm("base", base), Arm("candidate", candidate), load_request,
-                    ABSettings(tolerance=tolerance, seed=seed)).run(progress)
+    ab = ABSettings(tolerance=tolerance, seed=seed)
+    result = ABGate(combo, settings, Arm("base", base), Arm("candidate", candidate), load_request, ab).run(progress)
     return {"level": level, "outcome": result.outcome, "rounds": result.rounds, "redone": result.redone,
-            "restart_every": ABSettings().restart_every,
+            "restart_every": ab.restart_every,
             "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
             "arms": {arm: {m: [s[m] for s in samples] for m in METRICS} for arm, samples in result.samples.items()},
             "verdicts": {m: d.verdict for m, d in result.decisions.items()}}

@@ -40,7 +40,7 @@ class ABSettings:
 
     def design(self, settings: PerfSettings) -> paired.Design:
         return paired.Design(tolerance=self.tolerance, tests=self.tests,
-                             looks=paired.looks(settings.rounds, settings.batch, settings.max_rounds),
+                             looks=settings.looks(),
                              family_alpha=self.family_alpha, miss_rate=self.miss_rate)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.core.errors import RegistryError
 from harness.core.registry import Matrix
+from harness.perf import paired
 
 
 @dataclass(frozen=True)
@@ -82,4 +83,4 @@ class PerfSettings:
         return cls(**values)
 
     def looks(self) -> int:
-        return 1 + max(0, -(-(self.max_rounds - self.rounds) // self.batch))
+        return paired.looks(self.rounds, self.batch, self.max_rounds)

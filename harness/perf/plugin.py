@@ -7,6 +7,7 @@ validated at start-up; errors name the flag to fix.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import logging
@@ -325,10 +326,7 @@ def _ab_progress(config: pytest.Config, combo: Combination):
         last = "; ".join(f"{m} {d.change * 100:+.1f}% {d.verdict}" for m, d in (decisions or {}).items())
         line = (f"A/B {combo.id}: {done} rounds, {(time.perf_counter() - started) / 60:.1f} min"
                 + (f" (last look: {last})" if last else ""))
-        if capture is None:
-            terminal.write_line(line)
-            return
-        with capture.global_and_fixture_disabled():
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
             terminal.ensure_newline()
             terminal.write_line(line)
     return progress
