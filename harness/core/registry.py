@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 
-from harness.core import jsonio
+from harness.core import capability, jsonio
 from harness.core.errors import RegistryError, UnknownNameError
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # harness/: matrix.toml, schemas/, data/
 DEFAULT_MATRIX = PACKAGE_DIR / "matrix.toml"
+CHOSEN = "chosen"  # in perf.combinations.precisions: the pair's precisions for this machine's CPU class
 MATRIX_SCHEMA = PACKAGE_DIR / "schemas" / "matrix.schema.json"
 
 
@@ -74,6 +75,13 @@ class PairSpec:
     prompt_set: str
     description: str = ""
     tags: tuple[str, ...] = ()
+    cpu_class: str | None = None   # the CPU class whose choice was applied (None: the pair's own settings)
+    choice: str = ""               # one line: where target/draft precision and K come from, and why
+    per_cpu_class: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def precisions(self) -> str:
+        return self.target_precision + (f"+{self.draft_precision}" if self.draft_precision else "")
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,7 @@ class Matrix:
     platforms: dict[str, PlatformSpec]
     prompt_sets: dict[str, PromptSetSpec]
     tasks: dict[str, str] = field(default_factory=dict)
+    cpu_class: str = "generic"  # the class whose per-pair choices were applied (harness/core/capability.py)
     perf: dict[str, Any] = field(default_factory=dict)  # the perf gate's table; expanded by harness/perf/combinations.py
 
     def model(self, name: str) -> ModelSpec:
@@ -145,8 +154,11 @@ def _lookup(kind: str, name: str, table: dict[str, Any], path: Path) -> Any:
         raise UnknownNameError(kind, name, table, where=str(path)) from None
 
 
-def load_matrix(path: str | Path | None = None) -> Matrix:
-    """Read, schema-check and cross-check the registry. Errors name the file and the key."""
+def load_matrix(path: str | Path | None = None, cpu_class: str | None = None) -> Matrix:
+    """Read, schema-check and cross-check the registry. Errors name the file and the key.
+
+    Each pair's precisions and K are those its `per_cpu_class` table chooses for `cpu_class`
+    (default: this process's class, harness.core.capability.detect())."""
     path = Path(path) if path else DEFAULT_MATRIX
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -160,11 +172,16 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
     d = raw["defaults"]
     defaults = Defaults(**d)
     models = {name: _model_spec(name, m, path.parent) for name, m in raw["models"].items()}
-    pairs = {name: _pair_spec(name, p, defaults) for name, p in raw["pairs"].items()}
+    if cpu_class is None:
+        cpu_class = capability.detect().name
+    elif cpu_class not in capability.CLASSES:
+        raise UnknownNameError("CPU class", cpu_class, capability.CLASSES, where=str(path))
+    _check_cpu_classes(raw["pairs"], path)
+    pairs = {name: _pair_spec(name, p, defaults, cpu_class) for name, p in raw["pairs"].items()}
     platforms = {name: PlatformSpec(name=name, device=p["device"]) for name, p in raw["platforms"].items()}
     prompt_sets = {name: _prompt_set_spec(name, s, path.parent) for name, s in raw["prompt_sets"].items()}
     matrix = Matrix(path=path, defaults=defaults, models=models, pairs=pairs, platforms=platforms,
-                    prompt_sets=prompt_sets, tasks=dict(raw["tasks"]), perf=raw["perf"])
+                    prompt_sets=prompt_sets, tasks=dict(raw["tasks"]), cpu_class=cpu_class, perf=raw["perf"])
     _cross_check(matrix)
     return matrix
 
@@ -182,20 +199,42 @@ def _model_spec(name: str, m: dict[str, Any], base: Path) -> ModelSpec:
                      path=path if path.is_absolute() else base / path)
 
 
-def _pair_spec(name: str, p: dict[str, Any], defaults: Defaults) -> PairSpec:
+def _check_cpu_classes(pairs: dict[str, Any], path: Path) -> None:
+    for name, p in pairs.items():
+        for cls in p.get("per_cpu_class", {}):
+            if cls not in capability.CLASSES:
+                raise UnknownNameError("CPU class", cls, capability.CLASSES,
+                                       where=f"{path}: pairs.{name}.per_cpu_class; rename the table to one of the "
+                                             "classes `python -m harness doctor` names")
+
+
+def _pair_spec(name: str, p: dict[str, Any], defaults: Defaults, cpu_class: str) -> PairSpec:
+    per_class = p.get("per_cpu_class", {})
+    chosen = per_class.get(cpu_class)
+    if chosen:
+        choice = f"{cpu_class} choice ({name}.per_cpu_class.{cpu_class}): {chosen['why']}"
+    elif per_class:
+        choice = (f"no {cpu_class} entry for {name} (has: {', '.join(per_class)}): the pair's own settings, "
+                  "not measured on this class")
+    else:
+        choice = "the pair's own settings"
+    chosen = chosen or {}
     return PairSpec(
         name=name,
         target=p["target"],
         draft=p.get("draft"),
         mode=p.get("mode", "assisted"),
-        target_precision=p["target_precision"],
-        draft_precision=p.get("draft_precision"),
-        num_assistant_tokens=p["num_assistant_tokens"],
+        target_precision=chosen.get("target_precision", p["target_precision"]),
+        draft_precision=chosen.get("draft_precision", p.get("draft_precision")),
+        num_assistant_tokens=chosen.get("num_assistant_tokens", p["num_assistant_tokens"]),
         schedule=p.get("schedule", defaults.schedule),
         confidence_threshold=p.get("confidence_threshold", defaults.confidence_threshold),
         prompt_set=p["prompt_set"],
         description=p.get("description", ""),
         tags=tuple(p.get("tags", ())),
+        cpu_class=cpu_class if p.get("per_cpu_class") else None,
+        choice=choice,
+        per_cpu_class=dict(per_class),
     )
 
 
@@ -236,6 +275,8 @@ def _cross_check(matrix: Matrix) -> None:
                 raise UnknownNameError("platform", platform, matrix.platforms, where=f"{key}.platforms")
         pair = matrix.pairs[entry["pair"]]
         for spec in entry["precisions"]:
+            if spec == CHOSEN:
+                continue
             sides = spec.split("+")
             if len(sides) != (1 if pair.mode == "prompt-lookup" else 2):
                 raise RegistryError(f"{key}.precisions: {spec!r}: write 'target+draft' for a draft pair and "

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.core.errors import HarnessError
 from harness.perf import paired
 from harness.perf.arms import Arm
 from harness.perf.combinations import Combination, PerfSettings
@@ -93,6 +94,11 @@ class ABGate:
 
     def _load(self, name: str) -> None:
         answer = self.arms[name].request(self.load_request(name))
+        other = getattr(self, "prompt_ids", None)
+        if other is not None and answer["prompt_ids"] != other:
+            raise HarnessError(f"{self.combo.id}: the arms run different prompts ({other} against "
+                               f"{answer['prompt_ids']}): the registry's prompt set differs between the two "
+                               "revisions; pass --perf-matrix to give both arms one registry")
         self.prompt_ids = answer["prompt_ids"]
 
     def start(self) -> None:

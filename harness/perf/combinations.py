@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core.errors import RegistryError
-from harness.core.registry import Matrix
+from harness.core.registry import CHOSEN, Matrix
 from harness.perf import paired
 
 
@@ -41,22 +41,31 @@ class Combination:
 
 
 def combinations(matrix: Matrix) -> list[Combination]:
-    out = []
+    """Every combination of the [perf] table; 'chosen' takes the pair's precisions for this CPU class
+    and is dropped where it repeats a combination listed by name."""
+    out: dict[str, Combination] = {}
+    chosen: set[str] = set()
     for entry in matrix.perf["combinations"]:
         pair = matrix.pair(entry["pair"])
         for spec in entry["precisions"]:
-            target_p, _, draft_p = spec.partition("+")
+            target_p, _, draft_p = (pair.precisions if spec == CHOSEN else spec).partition("+")
             for platform in entry["platforms"]:
                 for decoding in entry["decoding"]:
-                    out.append(Combination(pair=pair.name, target_precision=target_p, draft_precision=draft_p or None,
-                                           platform=platform, device=matrix.platform(platform).device,
-                                           decoding=decoding, k=pair.num_assistant_tokens, mode=pair.mode,
-                                           slow=entry.get("slow", False)))
-    ids = [c.id for c in out]
-    dup = next((i for i in ids if ids.count(i) > 1), None)
-    if dup:
-        raise RegistryError(f"{matrix.path}: perf.combinations: {dup} is listed twice; remove one of them")
-    return out
+                    combo = Combination(pair=pair.name, target_precision=target_p, draft_precision=draft_p or None,
+                                        platform=platform, device=matrix.platform(platform).device,
+                                        decoding=decoding, k=pair.num_assistant_tokens, mode=pair.mode,
+                                        slow=entry.get("slow", False))
+                    if combo.id in out:
+                        if spec != CHOSEN and combo.id not in chosen:
+                            raise RegistryError(f"{matrix.path}: perf.combinations: {combo.id} is listed twice; "
+                                                "remove one of them")
+                        if not combo.slow:  # the fast listing wins: it runs in `make test`
+                            out[combo.id] = combo
+                        continue
+                    out[combo.id] = combo
+                    if spec == CHOSEN:
+                        chosen.add(combo.id)
+    return list(out.values())
 
 
 @dataclass(frozen=True)

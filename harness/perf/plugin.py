@@ -294,8 +294,12 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
     opt = session.config.getoption
     plant = {"fraction": opt("perf_plant_slowdown"), "into": opt("perf_plant_into")}
 
+    # Each arm reads its own tree's registry unless --perf-matrix names one: an older base cannot read
+    # a newer registry's keys. The gate checks that both arms run the same prompts (harness/perf/ab.py).
+    matrix = opt("perf_matrix")
+
     def load_request(arm: str) -> dict[str, Any]:  # the candidate alone carries a planted slowdown
-        return {"op": "load", "matrix": str(session.matrix.path), "combination": dataclasses.asdict(combo),
+        return {"op": "load", "matrix": str(matrix) if matrix else None, "combination": dataclasses.asdict(combo),
                 "settings": dataclasses.asdict(session.settings), "plant": plant if arm == "candidate" else None}
 
     settings = ABSettings(tolerance=opt("perf_tolerance") or ABSettings().tolerance,
