@@ -61,7 +61,9 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     )
     if args.draft_precision and cfg.draft_precision is None:
         raise HarnessError("--draft-precision has no effect with prompt-lookup decoding (no draft model)")
+    print(report.machine_line(cfg), flush=True)
     result = bench.run_bench(matrix, cfg, progress=not args.no_progress)
+    print()
     print(report.render_tables(result))
     print()
     print(report.render_summary(result))

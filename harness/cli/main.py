@@ -1,4 +1,4 @@
-"""The CLI: python -m harness {bench, models, pairs, humaneval, sandbox, reference}. Errors print one line, no traceback.
+"""The CLI: python -m harness {bench, doctor, models, pairs, humaneval, sandbox, reference}. Errors print one line, no traceback.
 
 One module per command group (harness/cli/<group>.py), each with its parser and its commands;
 this module builds the parser from them and dispatches.
@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness.cli import bench, humaneval, models, reference, sandbox
+from harness.cli import bench, doctor, humaneval, models, reference, sandbox
 from harness.core import registry
 from harness.core.errors import HarnessError
 
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
     bench.add_parser(sub)
+    doctor.add_parser(sub)
     models.add_parsers(sub)
     humaneval.add_parser(sub)
     sandbox.add_parser(sub)
@@ -42,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         matrix = registry.load_matrix(args.matrix)
         if args.command == "bench":
             return bench.run(matrix, args)
+        if args.command == "doctor":
+            return doctor.run(matrix, args)
         if args.command == "humaneval":
             return humaneval.run(matrix, args)
         if args.command == "sandbox":

@@ -14,11 +14,12 @@ from typing import Any
 
 import torch
 
-from harness.core import decode, descriptive, interleave, models, prompts
+from harness.core import decode, descriptive, interleave, models, predict, prompts
 from harness.core.errors import HarnessError
 from harness.core.decode import DecodeSettings
 from harness.core.generate import ASSISTED, PLAIN, PROMPT_LOOKUP, measure_generation
 from harness.core.platform import device_available
+from harness.core.predict import StepCosts
 from harness.core.record import GenerationResult, Row, Summary
 from harness.core.registry import Matrix, PairSpec
 
@@ -66,6 +67,12 @@ class BenchResult:
     draft: dict[str, Any] | None
     rows: list[Row]
     summary: list[Summary]
+    costs: dict[int, StepCosts] = dataclasses.field(default_factory=dict)  # K -> measured step costs
+
+    def predicted(self, s: Summary) -> float | None:
+        """The speedup the step costs predict for this configuration's measured acceptance."""
+        costs = self.costs.get(s.k) if s.k is not None else None
+        return costs.predict(s.mean_accepted_length) if costs and s.mean_accepted_length else None
 
 
 def build_config(matrix: Matrix, pair_name: str, **overrides: Any) -> BenchConfig:
@@ -123,6 +130,12 @@ def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> Ben
                                   tokenizer=target.tokenizer)
 
     interleave.warm_up(configs, lambda config, settings: run(config, encoded[0], settings), cfg.settings)
+    costs = {}
+    if draft is not None and cfg.device == "cpu":  # a few seconds: what predicts the speedup (python -m harness doctor)
+        for k in cfg.ks:
+            costs[k] = predict.measure(target.model, draft.model, k, min_seconds=0.3)
+            log.info("step costs at K=%d: target %.1f ms, %d tokens %.1f ms (r=%.2f), draft %.1f ms (c=%.2f)",
+                     k, costs[k].target_ms, k + 1, costs[k].verify_ms, costs[k].r, costs[k].draft_ms, costs[k].c)
 
     samples: dict[tuple[int, Configuration], list[GenerationResult]] = {}
     bar = tqdm(total=len(encoded) * cfg.repeats * len(configs), desc=f"bench {cfg.pair.name}",
@@ -140,7 +153,8 @@ def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> Ben
     info_d = _loaded_info(draft) if draft else None
 
     rows = _rows(prompt_list, configs, samples, cfg.repeats)
-    return BenchResult(config=cfg, target=info_t, draft=info_d, rows=rows, summary=summarize(rows, configs))
+    return BenchResult(config=cfg, target=info_t, draft=info_d, rows=rows, summary=summarize(rows, configs),
+                       costs=costs)
 
 
 def _rows(prompt_list: list[prompts.Prompt], configs: list[Configuration],

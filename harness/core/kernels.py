@@ -17,7 +17,7 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 # The kernel behind each precision (int4 RTN stands for AWQ: the same kernel; w8a8 for w8af32).
-PROBE_METHOD = {"bf16": None, "fp32": None, "w8af32": "w8af32", "w8af32-tensor": "w8af32-tensor",
+PROBE_METHOD = {"bf16": None, "fp32": None, "fp16": None, "w8af32": "w8af32", "w8af32-tensor": "w8af32-tensor",
                 "w8abf16": "w8abf16", "w8a8": "w8af32", "w4abf16": "w4abf16-rtn", "w4abf16-rtn": "w4abf16-rtn"}
 
 
@@ -41,7 +41,7 @@ def build_layer(precision: str, in_features: int, out_features: int, seed: int =
 
     torch.manual_seed(seed)
     method = PROBE_METHOD.get(precision, precision)
-    base = {"bf16": torch.bfloat16, "fp32": torch.float32}.get(precision) or getattr(torch, quant.base_dtype(method))
+    base = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}.get(precision) or getattr(torch, quant.base_dtype(method))
     model = torch.nn.Sequential(torch.nn.Linear(in_features, out_features, bias=False)).to(base)
     with torch.no_grad():
         model[0].weight.normal_(0, 0.02)
@@ -82,3 +82,21 @@ def layer_cost(precision: str, in_features: int, out_features: int, tokens: tupl
         log.debug("%s %s: %s", precision, shape, exc)
         return LayerCost(precision, shape, {}, error=first[:200])
     return LayerCost(precision, shape, ms)
+
+
+KERNEL = {"bf16": "oneDNN/ATen bf16 matmul", "fp32": "oneDNN/MKL fp32 matmul", "fp16": "ATen fp16 matmul",
+          "w8af32": "torch._int_mm (int8 x int8)", "w8af32-tensor": "fbgemm dynamic int8 (torch.ao)",
+          "w8abf16": "aten._weight_int8pack_mm", "w8a8": "torch._int_mm (int8 x int8)",
+          "w4abf16": "aten._weight_int4pack_mm_for_cpu", "w4abf16-rtn": "aten._weight_int4pack_mm_for_cpu"}
+
+
+_WORKS: dict[str, str | None] = {}
+
+
+def failure(precision: str) -> str | None:
+    """None when the precision's kernel runs on this CPU, else why not (a 256x256 layer, 2 tokens;
+    cached per process)."""
+    if precision not in _WORKS:
+        probe = layer_cost(precision, 256, 256, tokens=(2,), min_seconds=0.0)
+        _WORKS[precision] = probe.error
+    return _WORKS[precision]

@@ -401,6 +401,18 @@ class LoadedModel:
 FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
+def _require_kernel(precision: str) -> None:
+    """A precision whose kernel does not run on this CPU fails here, before minutes of loading."""
+    from harness.core import capability, kernels
+
+    why = kernels.failure(precision)
+    if why:
+        works = [p for p in kernels.KERNEL if p != precision and kernels.failure(p) is None]
+        raise HarnessError(f"precision {precision!r}: its kernel ({kernels.KERNEL.get(precision, '?')}) does not run "
+                           f"on this CPU (class {capability.detect().name}): {why}. Precisions that run here: "
+                           f"{', '.join(works)} (python -m harness doctor)")
+
+
 def load(spec: ModelSpec, precision: str, device: str = "cpu") -> LoadedModel:
     """Load a fetched model at a precision ('bf16', 'fp32', 'fp16', 'w8af32', ...)."""
     import torch
@@ -414,6 +426,8 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu") -> LoadedModel:
                            f"{', '.join([*FLOAT_DTYPES, *quant.methods()])}")
     if quantized and device != "cpu":
         raise HarnessError(f"precision {precision!r} runs on the CPU only; use bf16/fp16/fp32 on {device}")
+    if device == "cpu":
+        _require_kernel(precision)
     path = resolve_path(spec)
     start = time.perf_counter()
     dtype = getattr(torch, FLOAT_DTYPES[precision] if not quantized else quant.base_dtype(precision))

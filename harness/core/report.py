@@ -15,7 +15,7 @@ from typing import Any
 
 from harness import __version__
 from harness.core import jsonio
-from harness.core.bench import BenchResult
+from harness.core.bench import BenchConfig, BenchResult
 from harness.core.errors import ResultsError
 from harness.core.platform import detect
 from harness.core.record import COLUMNS, Summary
@@ -66,10 +66,29 @@ def summary_line(s: Summary) -> str:
 
 
 def render_summary(result: BenchResult) -> str:
-    return "\n".join(["Summary (medians over prompts):", *(summary_line(s) for s in result.summary)])
+    lines = ["Summary (medians over prompts):"]
+    for s in result.summary:
+        line = summary_line(s)
+        predicted = result.predicted(s)
+        if predicted is not None:
+            line += f"; predicted {predicted:.2f}x from step costs (harness/core/predict.py)"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def machine_line(cfg: BenchConfig) -> str:
+    """Which CPU class this runs as, and where the pair's precisions and K come from."""
+    from harness.core import capability
+
+    chosen = cfg.pair.precisions
+    used = cfg.target_precision + (f"+{cfg.draft_precision}" if cfg.draft_precision else "")
+    source = cfg.pair.choice if used == chosen else f"given on the command line (the registry's choice: {chosen})"
+    return f"CPU class {capability.detect().why}\nprecisions {used}: {source}"
 
 
 def to_json(result: BenchResult, command: list[str] | None = None) -> dict[str, Any]:
+    from harness.core import capability
+
     cfg = result.config
     settings = dataclasses.asdict(cfg.settings)
     settings.update({"ks": list(cfg.ks), "repeats": cfg.repeats, "assisted_mode": cfg.assisted_mode,
@@ -88,6 +107,10 @@ def to_json(result: BenchResult, command: list[str] | None = None) -> dict[str, 
         "settings": settings,
         "rows": [dataclasses.asdict(r) for r in result.rows],
         "summary": [dataclasses.asdict(s) for s in result.summary],
+        "cpu_class": {**capability.detect().as_dict(), "choice": cfg.pair.choice},
+        "prediction": {str(k): {**c.as_dict(), "predicted_speedup": next(
+            (result.predicted(s) for s in result.summary if s.k == k and s.mode != "plain"), None)}
+            for k, c in result.costs.items()},
     }
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from harness.accuracy import equivalence as eq
 from harness.core import decode, prompts
+from harness.core.registry import CHOSEN
 from harness.core.generate import ASSISTED, PROMPT_LOOKUP, measure_generation
 from accuracy_common import load, matrix, save
 
@@ -21,6 +22,8 @@ COMBINATIONS = [
     ("smollm2-135m+self", "w8af32", "w8af32", 64, []),
     ("smollm2-135m+lookup", "fp32", None, 64, []),
     ("smollm2-135m+lookup", "bf16", None, 64, []),
+    # the precisions harness/matrix.toml chooses for this machine's CPU class (python -m harness doctor)
+    ("qwen-coder-1.5b+0.5b", CHOSEN, CHOSEN, 48, [pytest.mark.slow]),
     ("qwen-coder-1.5b+0.5b", "bf16", "w8af32-tensor", 48, [pytest.mark.slow]),  # the pair's default draft
     ("qwen-coder-1.5b+0.5b", "bf16", "w8af32", 48, [pytest.mark.slow]),
     ("qwen-coder-1.5b+0.5b", "bf16", "bf16", 48, [pytest.mark.slow]),
@@ -46,6 +49,9 @@ def test_assisted_equals_plain(combo):
             pytest.skip("fp32 1.5B target + fp32 draft needs about 10 GB; less than 16 GB available here")
     m = matrix()
     pair = m.pair(pair_name)
+    if tp == CHOSEN:
+        tp, dp = pair.target_precision, pair.draft_precision
+        print(f"\n{pair_name} on CPU class {m.cpu_class}: {tp}+{dp} ({pair.choice})")
     target = load(pair.target, tp)
     draft = load(pair.draft, dp) if dp else None
     prompt_set = m.prompt_set(pair.prompt_set)

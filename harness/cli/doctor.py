@@ -1,0 +1,151 @@
+"""`python -m harness doctor`: what this machine is, which kernels run here, what they cost at
+M = 1..8 tokens, and the speedup those costs predict for the pair (in under a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.core import registry
+from harness.core.errors import HarnessError, UnknownNameError
+
+TOKENS = tuple(range(1, 9))
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    d = sub.add_parser("doctor", help="this machine's CPU class, kernels and their costs, the pair's predicted speedup")
+    d.add_argument("--pair", help="registry pair (default: the registry's defaults.pair)")
+    d.add_argument("--precisions", help="comma-separated precisions to time (default: every one)")
+    d.add_argument("--no-models", action="store_true",
+                   help="kernels only: do not load the pair (no step costs, no prediction)")
+    d.add_argument("--json", type=Path, metavar="PATH", help="also write the findings as JSON")
+
+
+def _largest_linear(path: Path) -> tuple[int, int]:
+    """(in, out) of a model's MLP up projection, the largest linear layer per block, from config.json."""
+    cfg = json.loads((path / "config.json").read_text())
+    hidden = cfg.get("hidden_size") or cfg.get("d_model") or cfg.get("n_embd")
+    inter = cfg.get("intermediate_size") or cfg.get("ffn_dim") or cfg.get("n_inner") or 4 * hidden
+    return int(hidden), int(inter)
+
+
+def _say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def _cost_table(title: str, shape: tuple[int, int], precisions: list[str]) -> list[dict[str, Any]]:
+    from harness.core import kernels
+
+    _say(f"\n{title} {shape[0]}x{shape[1]}: ms for one token, then the cost of M tokens in one call / one token")
+    _say(f"  {'precision':14s} {'kernel':34s} {'M=1 ms':>7s} " + " ".join(f"{'M=' + str(m):>5s}" for m in TOKENS[1:]))
+    out = []
+    for p in precisions:
+        c = kernels.layer_cost(p, *shape, tokens=TOKENS, min_seconds=0.05)
+        if c.error:
+            _say(f"  {p:14s} {kernels.KERNEL.get(p, '?'):34s} does not run here: {c.error}")
+        else:
+            _say(f"  {p:14s} {kernels.KERNEL.get(p, '?'):34s} {c.ms[1]:7.2f} "
+                 + " ".join(f"{c.ratio(m):5.2f}" for m in TOKENS[1:]))
+        out.append({"precision": p, "shape": list(shape), "ms": {str(m): round(v, 4) for m, v in c.ms.items()},
+                    "error": c.error})
+    return out
+
+
+def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
+    from harness.core import capability, kernels, models
+    from harness.core.platform import detect
+
+    started = time.perf_counter()
+    pair = matrix.pair(args.pair or matrix.defaults.pair)
+    cap = capability.detect()
+    plat = detect("cpu")
+    precisions = [p.strip() for p in args.precisions.split(",")] if args.precisions else list(kernels.KERNEL)
+    for p in precisions:
+        if p not in kernels.KERNEL:
+            raise UnknownNameError("precision", p, kernels.KERNEL, where="--precisions")
+    report: dict[str, Any] = {"platform": plat.as_dict(), "capability": cap.as_dict(), "pair": pair.name}
+    _say(f"platform   {plat.id} ({plat.cpu_model}, {plat.cpu_count} cores, torch {plat.torch})")
+    _say(f"CPU class  {cap.why}")
+    _say(f"           {capability.DESCRIPTION[cap.name]}")
+    _say(f"ISA flags  {' '.join(cap.flags) or '(none of those that matter)'}")
+    _say(f"pair       {pair.name}: target {pair.target_precision}"
+         + (f", draft {pair.draft_precision}" if pair.draft_precision else ", prompt lookup")
+         + f", K={pair.num_assistant_tokens}")
+    _say(f"           {pair.choice}")
+
+    target_spec = matrix.model(pair.target)
+    try:
+        target_path = models.resolve_path(target_spec)
+    except HarnessError as exc:
+        _say(f"\n(the pair's models are not here: {exc}; timing a 1536x8960 layer instead)")
+        target_path = None
+    shape = _largest_linear(target_path) if target_path else (1536, 8960)
+    report["target_layer"] = _cost_table("target's largest linear layer", shape, precisions)
+    if pair.draft and target_path:
+        draft_shape = _largest_linear(models.resolve_path(matrix.model(pair.draft)))
+        report["draft_layer"] = _cost_table("draft's largest linear layer", draft_shape,
+                                            [p for p in precisions if p in (pair.draft_precision, "bf16", "fp32")])
+
+    if not args.no_models and target_path:
+        report["prediction"] = _predict(matrix, pair)
+    _say(f"\ndoctor finished in {time.perf_counter() - started:.0f} s")
+    if args.json:
+        from harness.core import jsonio
+
+        jsonio.atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
+        print(f"results: {args.json}")
+    return 0
+
+
+def _predict(matrix: registry.Matrix, pair: registry.PairSpec) -> dict[str, Any]:
+    """Step costs of the real pair and the speedup they predict for an acceptance measured here."""
+    from harness.core import decode, models, predict, prompts
+    from harness.core.generate import measure_generation
+
+    k = pair.num_assistant_tokens
+    _say(f"\nloading the pair (target {pair.target_precision}"
+         + (f", draft {pair.draft_precision})" if pair.draft else ")"))
+    target = models.load(matrix.model(pair.target), pair.target_precision)
+    draft = models.load(matrix.model(pair.draft), pair.draft_precision) if pair.draft and pair.draft_precision else None
+    costs = predict.measure(target.model, draft.model if draft else None, k, min_seconds=0.3)
+    verify = {m: predict.forward_ms(target.model, 128, m, min_seconds=0.1, min_calls=3) for m in range(2, 10)}
+    verify[1], verify[k + 1] = costs.target_ms, costs.verify_ms  # one measurement per M in what is printed
+    _say(f"step costs (128 cached tokens): target one token {costs.target_ms:.1f} ms; "
+         f"K+1 = {k + 1} tokens {costs.verify_ms:.1f} ms (r = {costs.r:.2f})"
+         + (f"; draft one token {costs.draft_ms:.1f} ms (c = {costs.c:.2f})" if draft else ""))
+
+    prompt_set = matrix.prompt_set_for("decode", pair)
+    first = prompts.load_prompts(prompt_set, target.tokenizer, limit=1)[0]
+    ids = prompts.encode(first, target.tokenizer, chat_template=prompt_set.chat_template)
+    settings = decode.for_pair(pair, max_new_tokens=48)
+    mode = "assisted" if draft else "prompt-lookup"
+    result = measure_generation(target.model, ids, settings, mode=mode,
+                                assistant=draft.model if draft else None, tokenizer=target.tokenizer)
+    e = result.mean_accepted_length or 1.0
+    alpha = predict.alpha_for(e, k)
+    pred = costs.predict(e)
+    _say(f"acceptance on {first.id} (48 tokens): {e:.2f} tokens per verification step at K={k} "
+         f"(per-token alpha {alpha:.2f})")
+    _say(f"predicted speedup at K={k}: {pred:.2f}x = E / (K c + r) = {e:.2f} / ({k} x {costs.c:.2f} + {costs.r:.2f})")
+    by_k = {}
+    for kk in range(1, 9):
+        ek = predict.expected_tokens(alpha, kk)
+        by_k[kk] = predict.speedup(ek, kk, costs.c, verify[kk + 1] / costs.target_ms)
+    best = max(by_k, key=by_k.get)
+    _say("predicted by K (same alpha): " + "  ".join(f"K={kk} {v:.2f}x" for kk, v in by_k.items())
+         + f"  -> best K={best}")
+    if pred < 1.0:
+        _say(f"WARNING: assisted decoding is predicted SLOWER than plain here ({pred:.2f}x): verifying "
+             f"{k + 1} tokens costs {costs.r:.1f} one-token steps; see the per-class choices in harness/matrix.toml")
+    return {"costs": costs.as_dict(), "verify_ms": {str(m): round(v, 3) for m, v in sorted(verify.items())},
+            "prompt": first.id, "mean_accepted_length": e, "alpha": alpha, "predicted_speedup": pred,
+            "predicted_by_k": {str(kk): round(v, 3) for kk, v in by_k.items()}}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("run: python -m harness doctor")

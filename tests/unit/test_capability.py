@@ -1,0 +1,101 @@
+"""The CPU capability class and the registry's per-class choices, on any machine (faked ISA lists)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.core import capability, predict, registry
+from harness.core.errors import UnknownNameError
+from harness.perf.combinations import combinations
+
+AMX = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+ZEN4 = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16")
+SKYLAKE = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl")
+ZEN3 = ("avx2", "fma")
+
+
+@pytest.mark.parametrize("flags, aten, env, expected", [
+    (AMX, "AVX512", {}, "amx"),
+    (ZEN4, "AVX512", {}, "avx512-bf16"),
+    (SKYLAKE, "AVX512", {}, "avx512"),
+    (ZEN3, "AVX2", {}, "avx2"),
+    (("sse4_2",), "DEFAULT", {}, "generic"),
+    # what torch will really use: the environment's limits win over the flags
+    (AMX, "AVX2", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "avx2"),
+    (AMX, "AVX512", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "avx2"),
+    (AMX, "AVX2", {}, "avx2"),
+    (AMX, "AVX512", {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, "avx512-bf16"),
+    (AMX, "AVX512", {"DNNL_MAX_CPU_ISA": "avx512_core"}, "avx512"),
+    (AMX, "AVX512", {"ONEDNN_MAX_CPU_ISA": "ALL"}, "amx"),
+    # a limit can lower the class, never raise it above the CPU
+    (ZEN3, "AVX2", {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, "avx2"),
+])
+def test_the_class_is_the_lowest_of_flags_aten_and_onednn(flags, aten, env, expected):
+    cap = capability.classify(flags, aten, env)
+    assert cap.name == expected
+    assert cap.name in cap.why
+
+
+def test_amx_needs_the_os_to_enable_its_tiles():
+    assert capability.classify(AMX, "AVX512", {}, amx_enabled=False).name == "avx512-bf16"
+
+
+def test_the_why_names_what_set_the_class():
+    cap = capability.classify(AMX, "AVX2", {"ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert "ATen's capability AVX2" in cap.why and "oneDNN limit AVX2" in cap.why
+
+
+MATRIX = registry.DEFAULT_MATRIX
+
+
+def test_each_class_gets_its_own_choice_for_the_default_pair():
+    pairs = {c: registry.load_matrix(MATRIX, cpu_class=c).pair("qwen-coder-1.5b+0.5b") for c in capability.CLASSES}
+    assert (pairs["amx"].target_precision, pairs["amx"].draft_precision) == ("bf16", "w8af32-tensor")
+    # bf16 verification of 7 tokens costs 6x one token with AVX2 kernels: the int8 target instead
+    assert pairs["avx2"].target_precision == "w8af32"
+    assert pairs["avx512"].target_precision == "w8af32"
+    for c in ("amx", "avx512-bf16", "avx512", "avx2"):
+        assert pairs[c].cpu_class == c and f"{c} choice" in pairs[c].choice
+    assert "not measured on this class" in pairs["generic"].choice
+
+
+def test_chosen_perf_combinations_follow_the_class():
+    ids = {c: {x.id for x in combinations(registry.load_matrix(MATRIX, cpu_class=c))} for c in ("amx", "avx2")}
+    assert "qwen-coder-1.5b+0.5b:bf16+w8af32-tensor:cpu:greedy:k6" in ids["amx"]
+    assert any(i.startswith("qwen-coder-1.5b+0.5b:w8af32+w8af32-tensor:cpu:greedy") for i in ids["avx2"])
+
+
+def _with_class_table(tmp_path, table: str):
+    text = MATRIX.read_text().replace('[pairs."smollm2-135m+lookup"]', table + '\n[pairs."smollm2-135m+lookup"]')
+    path = tmp_path / "matrix.toml"
+    path.write_text(text)
+    return path
+
+
+def test_an_unknown_class_in_the_registry_names_the_file_the_class_and_the_fix(tmp_path):
+    path = _with_class_table(tmp_path, '[pairs."smollm2-135m+self".per_cpu_class.avx2-vnni]\n'
+                                       'target_precision = "fp32"\nwhy = "x"\n')
+    with pytest.raises(UnknownNameError) as info:
+        registry.load_matrix(path, cpu_class="avx2")
+    message = str(info.value)
+    assert "avx2-vnni" in message and str(path) in message and "Did you mean 'avx2'" in message
+    assert "\n" not in message
+
+
+def test_a_choice_without_a_reason_is_refused(tmp_path):
+    path = _with_class_table(tmp_path, '[pairs."smollm2-135m+self".per_cpu_class.avx2]\ntarget_precision = "fp32"\n')
+    with pytest.raises(registry.RegistryError, match="why"):
+        registry.load_matrix(path, cpu_class="avx2")
+
+
+def test_the_leviathan_formula():
+    # E for alpha 0.8, K 4: (1 - 0.8^5) / 0.2
+    assert predict.expected_tokens(0.8, 4) == pytest.approx((1 - 0.8 ** 5) / 0.2)
+    assert predict.alpha_for(predict.expected_tokens(0.7, 6), 6) == pytest.approx(0.7, abs=1e-6)
+    # the paper's improvement factor when verification costs one step (r = 1)
+    alpha, k, c = 0.8, 4, 0.05
+    paper = (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + 1))
+    assert predict.speedup(predict.expected_tokens(alpha, k), k, c, 1.0) == pytest.approx(paper)
+    # verification that costs 2 steps halves what it buys
+    costs = predict.StepCosts(target_ms=100.0, verify_ms=200.0, draft_ms=10.0, k=4)
+    assert costs.predict(4.0) == pytest.approx(4.0 / (4 * 0.1 + 2.0))
