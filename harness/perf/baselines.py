@@ -1,9 +1,11 @@
 """Per-platform baselines: read, validate, migrate, merge and write `baselines/<platform-id>.json`.
 
-A baseline file belongs to one machine fingerprint (harness/core/platform.py). It is validated against
-baselines/schema.json on read and on write, written atomically (temporary file, fsync, rename),
-and only this machine's file is ever written. Older schema versions are migrated by an explicit
-function per version step (`MIGRATIONS`); a version without one is an error, never a guess.
+A baseline file belongs to one platform: the hardware (harness/core/platform.py: device, CPU
+model, capability class, cores). The software it was measured with is recorded beside it (the
+file's `software`, and each combination's `versions`). It is validated
+against baselines/schema.json on read and on write, written atomically (temporary file, fsync,
+rename), and only this machine's file is ever written. Older schema versions are migrated by an
+explicit function per version step (`MIGRATIONS`); a version without one is an error, never a guess.
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-
-from harness.core import jsonio
+from harness.core import jsonio, platform
 from harness.core.errors import HarnessError
 from harness.core.registry import PACKAGE_DIR
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_PATH = PACKAGE_DIR.parent / "baselines" / "schema.json"
 DEFAULT_DIR = PACKAGE_DIR.parent / "baselines"
 UPDATE_COMMAND = "pytest -m perf --update-baselines"
@@ -39,8 +40,36 @@ def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+V2_SOFTWARE = ("python", "torch", "transformers")  # what version-2 files kept in `platform`
+# version-2 files kept these CPU flags (`platform.isa`); the best class each allows, best first
+V2_ISA_CLASS = (("amx_bf16", "amx"), ("avx512_bf16", "avx512-bf16"), ("avx512f", "avx512"), ("avx2", "avx2"))
+
+
+def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 keys a file by the hardware alone. The versions that version 2 kept in `platform`
+    (and hashed into the id) move to `software`, and into each combination's `versions` where it
+    lacks them (every combination of a version-2 file was measured with them: another version was
+    another file). The capability class is the best the recorded flags allow (version 2 did not
+    record a kernel restriction). The id is made again from the hardware, so the file must be
+    renamed to it: loading the old name says so."""
+    plat = doc.get("platform")
+    if not isinstance(plat, dict):
+        return doc  # validation names what is wrong
+    software = {key: plat.pop(key) for key in V2_SOFTWARE if key in plat}
+    isa = plat.get("isa") if isinstance(plat.get("isa"), list) else []
+    plat.setdefault("capability", next((cls for flag, cls in V2_ISA_CLASS if flag in isa), "generic"))
+    plat["id"] = platform.platform_id(str(plat.get("device")), str(plat.get("cpu_model")), plat.get("gpu_name"),
+                                      plat["capability"], plat.get("cpu_count", 0))
+    for record in (doc.get("combinations") or {}).values():
+        if isinstance(record, dict) and isinstance(record.get("versions"), dict):
+            for key, value in software.items():
+                record["versions"].setdefault(key, value)
+    return {"schema_version": doc.get("schema_version"), "platform": plat, "software": software,
+            **{k: v for k, v in doc.items() if k not in ("schema_version", "platform")}}
+
+
 # version N -> function turning a version-N document into a version-(N+1) document
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 class BaselineError(HarnessError):
@@ -79,8 +108,10 @@ def validate(doc: Any, source: str, path: Path) -> None:
     jsonio.validate(doc, SCHEMA_PATH, source, BaselineError, hint=_hint(path))
 
 
-def load(path: Path, *, platform_id: str | None = None) -> dict[str, Any] | None:
-    """The validated (and, if old, migrated) document, or None when the file does not exist."""
+def load(path: Path, *, platform_id: str | None = None, cpu_class: str | None = None) -> dict[str, Any] | None:
+    """The validated (and, if old, migrated) document, or None when the file does not exist.
+    With `platform_id` it must be that platform's file; with `cpu_class` its numbers must have been
+    measured with that capability class's kernels."""
     path = Path(path)
     if not path.exists():
         return None
@@ -92,21 +123,27 @@ def load(path: Path, *, platform_id: str | None = None) -> dict[str, Any] | None
     owner = doc["platform"]["id"]
     if owner != path.stem:
         raise BaselineError(f"{path}: platform/id: the file holds platform {owner!r} but is named "
-                            f"{path.name!r}; rename it to {owner}.json or restore it")
+                            f"{path.name!r}; rename it (git mv {path} {path.with_name(owner + '.json')}) or restore it")
     if platform_id is not None and owner != platform_id:
         raise BaselineError(f"{path}: platform/id: {owner!r} is another machine's baseline; this machine is "
                             f"{platform_id!r} (its file: {path.with_name(platform_id + '.json').name})")
+    theirs = doc["platform"]["capability"]
+    if cpu_class is not None and theirs != cpu_class:
+        raise BaselineError(
+            f"{path}: platform/capability: measured with the {theirs!r} class's kernels, but this run uses the "
+            f"{cpu_class!r} class, so its numbers are of other kernels and are not compared. Restore the file "
+            f"(git checkout -- {path}) if it was edited, or measure this class into its own file with "
+            f"`{UPDATE_COMMAND}` (python -m harness doctor shows the class and why)")
     return doc
 
 
-def merged(old: dict[str, Any] | None, platform: Mapping[str, Any], records: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
-    """This machine's document with the measured combinations replaced or added; others kept."""
-    doc = copy.deepcopy(old) if old else {"schema_version": SCHEMA_VERSION, "platform": dict(platform), "combinations": {}}
-    doc["schema_version"] = SCHEMA_VERSION
-    doc["platform"] = dict(platform)
-    doc["combinations"].update(copy.deepcopy(dict(records)))
-    doc["combinations"] = dict(sorted(doc["combinations"].items()))
-    return doc
+def merged(old: dict[str, Any] | None, hardware: Mapping[str, Any], software: Mapping[str, str],
+           records: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """This machine's document with the measured combinations replaced or added; others kept.
+    `software` becomes the file's: the versions of this update (each record keeps its own)."""
+    combos = {**copy.deepcopy((old or {}).get("combinations", {})), **copy.deepcopy(dict(records))}
+    return {"schema_version": SCHEMA_VERSION, "platform": dict(hardware), "software": dict(software),
+            "combinations": dict(sorted(combos.items()))}
 
 
 def write(path: Path, doc: dict[str, Any]) -> None:

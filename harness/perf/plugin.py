@@ -188,8 +188,8 @@ class PerfSession:
     def baseline_doc(self, device: str) -> dict[str, Any] | None:
         """The baseline file of `device`'s platform (each device has its own platform id and file)."""
         if device not in self._baseline_docs:
-            self._baseline_docs[device] = baselines.load(self.baseline_path(device),
-                                                         platform_id=self.platform_id(device))
+            self._baseline_docs[device] = baselines.load(self.baseline_path(device), platform_id=self.platform_id(device),
+                                                         cpu_class=platform.detect(device).capability)
         return self._baseline_docs[device]
 
 
@@ -419,7 +419,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for device, records in by_device.items():
         path = state.baseline_path(device)
         old = state.baseline_doc(device)
-        new = baselines.merged(old, platform.detect(device).as_dict(), records)
+        new = baselines.merged(old, platform.detect(device).hardware(), platform.software(), records)
         baselines.write(path, new)
         changed = baselines.changes(old, new)
         lines.append(f"wrote {path} ({len(records)} combination(s) measured):")

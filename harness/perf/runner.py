@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import __version__
-from harness.core import decode, descriptive, interleave, models, prompts
+from harness.core import decode, descriptive, interleave, models, platform, prompts
 from harness.core.decode import DecodeSettings
 from harness.core.generate import ASSISTED, PLAIN, measure_generation
 from harness.core.record import GenerationResult
@@ -177,14 +177,14 @@ class Runner:
             tolerance[name] = s.tolerance_override or stats.calibrated_tolerance(
                 values, cap=cap, alpha=alpha, drift=drift, floor=s.tolerance_floor)
         tolerance["source"] = "override" if s.tolerance_override else "calibrated"
-        import torch
-        import transformers
-
-        record.update(exact=self.exact_counters(), tolerance=tolerance,
-                      versions={"torch": torch.__version__, "transformers": transformers.__version__,
-                                "harness": __version__},
+        record.update(exact=self.exact_counters(), tolerance=tolerance, versions=software_versions(),
                       commit=commit, date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         return record
+
+
+def software_versions() -> dict[str, str]:
+    """What a baseline record was measured with: harness/core/platform.py software() and the harness."""
+    return {**platform.software(), "harness": __version__}
 
 
 def git_commit() -> str | None:

@@ -8,11 +8,14 @@ import json
 
 import pytest
 
+from harness.core.platform import platform_id
 from harness.perf import baselines
 from harness.perf.baselines import BaselineError
 
-PID = "cpu-test-machine-2c-0123abcd"
+PID = platform_id("cpu", "Test CPU", None, "amx", 2)  # cpu-test-amx-2c
+V2_PID = "cpu-test-cpu-2c-0123abcd"  # a version-2 id: the hash covered the library versions
 CID = "tiny+draft:fp32+fp32:cpu:greedy:k4"
+SOFTWARE = {"python": "3.11.7", "torch": "2.13.0", "transformers": "5.23.0"}
 
 
 def samples(values):
@@ -28,16 +31,18 @@ def record():
         "speedup": samples([2.0, 1.9, 2.1]),
         "exact": {"p0": {"new_tokens": 12, "drafted": 12, "accepted": 9, "target_forwards": 3}},
         "tolerance": {"assisted_tokens_per_sec": 0.1, "plain_tokens_per_sec": 0.1, "speedup": 0.1, "source": "calibrated"},
-        "versions": {"torch": "2.13.0", "transformers": "5.23.0", "harness": "0.1.0"}, "commit": "abc", "date": "2026-11-22",
+        "versions": {**SOFTWARE, "harness": "0.1.0"}, "commit": "abc", "date": "2026-11-22",
     }
 
 
 def platform():
-    return {"id": PID, "device": "cpu", "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.13.0", "transformers": "5.23.0"}
+    return {"id": PID, "device": "cpu", "cpu_model": "Test CPU", "cpu_count": 2, "isa": ["avx2", "avx512f", "amx_bf16"],
+            "capability": "amx"}
 
 
 def valid_doc():
-    return {"schema_version": baselines.SCHEMA_VERSION, "platform": platform(), "combinations": {CID: record()}}
+    return {"schema_version": baselines.SCHEMA_VERSION, "platform": platform(), "software": dict(SOFTWARE),
+            "combinations": {CID: record()}}
 
 
 def write(tmp_path, text: str, name: str = PID):
@@ -72,7 +77,8 @@ def _doc_with(change):
      f"combinations/{CID}/speedup/median: -1 is less than or equal to the minimum of 0"),
     (_doc_with(lambda d: d["combinations"][CID].pop("exact")), f"combinations/{CID}: 'exact' is a required property"),
     (_doc_with(lambda d: d["combinations"].update({"not a combination id": record()})), "combinations: 'not a combination id'"),
-    (_doc_with(lambda d: d.update(schema_version=7)), "schema_version 7 is newer than this harness reads (2)"),
+    (_doc_with(lambda d: d.update(schema_version=7)), "schema_version 7 is newer than this harness reads (3)"),
+    (_doc_with(lambda d: d["platform"].update(torch="2.13.0")), "platform: Additional properties are not allowed ('torch'"),
     (_doc_with(lambda d: d.update(schema_version="1")), "schema_version: expected an integer"),
 ])
 def test_bad_files_name_file_path_and_fix(tmp_path, text, message):
@@ -99,8 +105,18 @@ def test_another_platforms_file_is_refused(tmp_path):
         baselines.load(renamed)
 
 
-def v1_doc():
+def v2_doc():
+    """valid_doc() as version 2 wrote it: the versions inside `platform`, the id a hash of them all."""
     doc = valid_doc()
+    doc["schema_version"] = 2
+    doc["platform"].update(id=V2_PID, **doc.pop("software"))
+    del doc["platform"]["capability"]
+    del doc["combinations"][CID]["versions"]["python"]
+    return doc
+
+
+def v1_doc():
+    doc = v2_doc()
     doc["schema_version"] = 1
     for entry in doc["combinations"][CID].values():
         if isinstance(entry, dict) and "samples" in entry:
@@ -113,7 +129,7 @@ def test_older_versions_migrate_explicitly(tmp_path, monkeypatch):
     old = v1_doc()
     old["schema_version"] = 0
     old["combos"] = old.pop("combinations")  # what a version-0 file would have called it
-    path = write(tmp_path, json.dumps(old))
+    path = write(tmp_path, json.dumps(old))  # named for its version-3 id: the migration makes that id
     with pytest.raises(BaselineError, match="schema_version 0 has no migration to 1"):
         baselines.load(path)
 
@@ -146,7 +162,7 @@ def test_merge_keeps_other_combinations_and_reports_changes():
     changed = record()
     changed["speedup"] = samples([1.5, 1.6, 1.4])
     new_id = "tiny+lookup:fp32:cpu:greedy:k3"
-    new = baselines.merged(old, platform(), {CID: changed, new_id: record()})
+    new = baselines.merged(old, platform(), SOFTWARE, {CID: changed, new_id: record()})
     assert set(new["combinations"]) == {CID, new_id}
     lines = baselines.changes(old, new)
     assert any(line.startswith(f"~ {CID}: ") and "speedup 2x -> 1.5x (-25.0%)" in line for line in lines)
@@ -164,3 +180,45 @@ def test_write_validates_first_and_refuses_other_platforms(tmp_path):
     with pytest.raises(BaselineError, match="refusing to write platform"):
         baselines.write(tmp_path / "cpu-other-1c-ffff.json", valid_doc())
     assert path.read_text() == "old"
+
+
+def test_version_2_moves_the_versions_out_of_the_platform_and_takes_a_hardware_id(tmp_path):
+    old = v2_doc()
+    old["combinations"][CID]["versions"]["torch"] = "2.12.0"  # a record keeps what it was measured with
+    under_old_name = write(tmp_path, json.dumps(old), name=V2_PID)
+    with pytest.raises(BaselineError, match=f"holds platform '{PID}' but is named '{V2_PID}.json'; rename it "
+                                            f"\\(git mv .*{V2_PID}.json .*{PID}.json\\)"):
+        baselines.load(under_old_name)
+    doc = baselines.load(write(tmp_path, json.dumps(old)), platform_id=PID, cpu_class="amx")
+    assert doc["schema_version"] == 3
+    assert doc["platform"] == platform()  # the class from the recorded flags, no versions left in it
+    assert doc["software"] == SOFTWARE
+    assert doc["combinations"][CID]["versions"] == {**SOFTWARE, "torch": "2.12.0", "harness": "0.1.0"}
+    assert doc["combinations"][CID]["speedup"] == record()["speedup"]  # the measurements are kept
+    for flags, cls in ((["avx2", "avx512f", "avx512_bf16"], "avx512-bf16"), (["avx2", "avx512f"], "avx512"),
+                       (["avx2"], "avx2"), ([], "generic")):
+        older = v2_doc()
+        older["platform"]["isa"] = flags
+        assert baselines.migrate(older, "x")["platform"]["capability"] == cls
+
+
+def test_the_committed_baseline_is_version_3_under_its_hardware_id():
+    for path in baselines.DEFAULT_DIR.glob("cpu-*.json"):
+        raw = json.loads(path.read_text())
+        assert raw["schema_version"] == baselines.SCHEMA_VERSION, f"{path}: migrate it and commit the result"
+        doc = baselines.load(path)
+        assert path.stem == platform_id("cpu", doc["platform"]["cpu_model"], None, doc["platform"]["capability"],
+                                        doc["platform"]["cpu_count"])
+
+
+def test_a_baseline_of_another_capability_class_is_refused_with_what_to_do(tmp_path):
+    doc = valid_doc()
+    path = write(tmp_path, json.dumps(doc))
+    with pytest.raises(BaselineError) as exc:
+        baselines.load(path, platform_id=PID, cpu_class="avx2")
+    message = str(exc.value)
+    assert "\n" not in message and str(path) in message
+    for part in ("platform/capability: measured with the 'amx' class's kernels, but this run uses the 'avx2' class",
+                 "not compared", f"git checkout -- {path}", "pytest -m perf --update-baselines"):
+        assert part in message
+    assert baselines.load(path, platform_id=PID, cpu_class="amx") == doc

@@ -36,9 +36,8 @@ def fake_config(directory: Path, **options) -> SimpleNamespace:
 
 def document(device: str, combination_ids: list[str]) -> dict:
     template = next(iter(json.loads(COMMITTED.read_text())["combinations"].values()))
-    info = platform.detect(device).as_dict()
-    return {"schema_version": baselines.SCHEMA_VERSION, "platform": info,
-            "combinations": {cid: copy.deepcopy(template) for cid in combination_ids}}
+    return {"schema_version": baselines.SCHEMA_VERSION, "platform": platform.detect(device).hardware(),
+            "software": platform.software(), "combinations": {cid: copy.deepcopy(template) for cid in combination_ids}}
 
 
 @pytest.fixture()

@@ -89,6 +89,7 @@ def test_update_writes_every_combination_up_to_the_cap(measured):
     assert record["exact"]["p0"]["new_tokens"] == 48
     assert len(record["speedup"]["samples"]) == 6  # update mode measures up to the cap
     assert record["decode"]["min_new_tokens"] == 48 and record["decode"]["do_sample"] is False
+    assert doc["software"] == platform.software() and record["versions"]["torch"] == platform.software()["torch"]
 
 
 def test_missing_baseline_fails_with_the_update_command(measured, tmp_path):
@@ -178,3 +179,23 @@ def test_bad_options_name_the_flag(measured, tmp_path, args, message):
     r = gate(measured[0], tmp_path, *args)
     assert r.returncode == 4
     assert message in r.stderr
+
+
+def edit_baseline(directory: Path, change) -> Path:
+    path = baseline_file(directory)
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_baseline_of_another_capability_class_is_a_one_line_failure(workspace):
+    matrix, directory = workspace
+    ours = platform.detect("cpu").capability
+    theirs = "generic" if ours != "generic" else "avx2"
+    path = edit_baseline(directory, lambda doc: doc["platform"].update(capability=theirs))
+    r = gate(matrix, directory, "-k", "tiny+draft")
+    assert r.returncode == 1
+    assert (f"{path}: platform/capability: measured with the '{theirs}' class's kernels, but this run uses the "
+            f"'{ours}' class, so its numbers are of other kernels and are not compared") in r.stdout
+    assert "Traceback" not in r.stdout and "def run_gate" not in r.stdout
