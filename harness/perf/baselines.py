@@ -2,7 +2,8 @@
 
 A baseline file belongs to one platform: the hardware (harness/core/platform.py: device, CPU
 model, capability class, cores). The software it was measured with is recorded beside it (the
-file's `software`, and each combination's `versions`). It is validated
+file's `software`, and each combination's `versions`), and so is the host-speed probe of the host
+that measured it (each combination's `host_probe`, harness/core/hostspeed.py). It is validated
 against baselines/schema.json on read and on write, written atomically (temporary file, fsync,
 rename), and only this machine's file is ever written. Older schema versions are migrated by an
 explicit function per version step (`MIGRATIONS`); a version without one is an error, never a guess.
@@ -176,3 +177,13 @@ def changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
             parts.append("exact counters changed")
         lines.append(f"~ {cid}: " + ", ".join(parts))
     return lines
+
+
+SOFTWARE_ORDER = ("python", "torch", "transformers", "onednn", "mkl", "cuda", "harness")
+
+
+def software_changes(recorded: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
+    """`torch 2.13.0 -> 2.14.0` for each version recorded on both sides that differs (a version
+    recorded on one side only, e.g. oneDNN in a file older than its record, says nothing)."""
+    keys = [k for k in SOFTWARE_ORDER if k in recorded] + sorted(set(recorded) - set(SOFTWARE_ORDER))
+    return [f"{k} {recorded[k]} -> {current[k]}" for k in keys if k in current and recorded[k] != current[k]]

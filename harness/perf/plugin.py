@@ -19,14 +19,15 @@ from typing import Any
 import pytest
 
 import harness
-from harness.core import platform, registry
+from harness.core import hostspeed, platform, registry
 from harness.core.errors import HarnessError, did_you_mean
 from harness.core.generate import ASSISTED
-from harness.perf import baselines, reference, revision
+from harness.perf import baselines, host, reference, revision
 from harness.perf.ab import ABGate, ABResult, ABSettings
 from harness.perf.arms import Arm
 from harness.perf.combinations import Combination, PerfSettings, combinations
-from harness.perf.runner import METRICS, LoadedPair, Runner, acceptance_rate, git_commit, load_pair
+from harness.perf.runner import (METRICS, LoadedPair, Runner, acceptance_rate, git_commit, load_pair,
+                                 software_versions)
 from harness.perf.verdict import BaselineMismatchError, Verdict, check_comparable, confirm, evaluate
 
 log = logging.getLogger(__name__)
@@ -163,6 +164,8 @@ class PerfSession:
         self.trees: tuple[revision.Tree, revision.Tree] | None = None  # --perf-against: (base, candidate)
         self.reference_trees: tuple[revision.Tree, revision.Tree] | None = None  # no stored baseline here
         self.gated = 0  # perf tests selected to run (the A/B gate's family of tests)
+        self.notes: list[str] = []  # lines for the end of the run: software changes, host checks (once each)
+        self.probe: dict[str, Any] | None = None  # this host's speed probe, measured once when first needed
 
     # models: one pair in memory at a time (24 GiB here)
     def models_for(self, combo: Combination) -> LoadedPair:
@@ -175,9 +178,19 @@ class PerfSession:
         return self.loaded
 
     def counts(self) -> dict[str, int]:
-        verdicts = [r["verdict"] for r in self.results if r["verdict"] != "baseline staged"]
+        verdicts = [r["verdict"] for r in self.results if r["verdict"] not in ("baseline staged", host.DEFERRED)]
         return {"gated": len(verdicts), "regressed": sum(v in ("fail", "regression") for v in verdicts),
-                "undecided": verdicts.count("undecided"), "skipped": len(_SKIPPED)}
+                "undecided": verdicts.count("undecided"), "skipped": len(_SKIPPED),
+                "deferred": sum(r["verdict"] == host.DEFERRED for r in self.results)}
+
+    def note(self, *lines: str) -> None:
+        self.notes += [line for line in lines if line not in self.notes]
+
+    def host_probe(self) -> dict[str, Any]:
+        if self.probe is None:
+            self.probe = hostspeed.measure()
+            log.info("host-speed probe: %s (%.1f s)", self.probe["rates"], self.probe["seconds"])
+        return self.probe
 
     def platform_id(self, device: str) -> str:
         return platform.detect(device).id
@@ -255,27 +268,23 @@ def run_gate(session: PerfSession, combo: Combination, request: pytest.FixtureRe
                         pytrace=False)
         return run_ab_gate(session, combo, session.reference_trees, note="no stored baseline on this platform: gated A/B against the "
                                                 "reference commit (baselines/reference.json)")
+    checked = None if baseline is None or session.updating else _host_check(session, combo, baseline)
+    if checked is not None and checked.deferred:
+        return _defer(session, combo, checked)
     benchmark = request.getfixturevalue("benchmark")
     runner = Runner(session.matrix, combo, session.models_for(combo), session.settings)
-    if baseline is not None and not session.updating:
+    if checked is not None:  # a stored baseline to compare with
         try:
             check_comparable(runner, baseline)
         except BaselineMismatchError as exc:
             pytest.fail(f"{exc} (then review and commit {session.baseline_path(combo.device)})", pytrace=False)
     _measure(session, runner, benchmark)
     result = _result(session, runner)
+    verdict = None
     if session.updating:
-        record = runner.baseline_record(git_commit())
-        session.staged[combo.id] = record
-        result.update(verdict="baseline staged", tolerance=record["tolerance"])
-        verdict = None
+        _stage(session, runner, result)
     else:
-        verdict = evaluate(runner, baseline)
-        if session.config.getoption("perf_confirm") == "on":
-            verdict = confirm(runner, baseline, verdict)
-        result.update(verdict=verdict.outcome, decisions={m: d.as_dict() for m, d in verdict.decisions.items()},
-                      exact=None if verdict.exact is None else verdict.exact.verdict, notes=verdict.notes,
-                      rounds=verdict.rounds)
+        verdict = _stored_verdict(session, runner, baseline, checked, result)
     for name in METRICS:  # after evaluate: includes any extra rounds
         result[name] = list(runner.samples.metric(name))
     session.results.append(result)
@@ -316,6 +325,50 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
         pytest.fail(result.message(), pytrace=False)
     if result.outcome == "undecided":
         warnings.warn(PerfUndecidedWarning(result.message() + "\n(--perf-undecided=fail makes this a failure)"))
+
+
+def _host_check(session: PerfSession, combo: Combination, baseline: dict[str, Any]) -> host.HostCheck:
+    """Software versions and host speed against the baseline's (harness/perf/host.py); its notes
+    go to the end of the run once each."""
+    probe = session.host_probe if combo.device == "cpu" else None  # the probe measures the CPU
+    checked = host.check(baseline, str(session.baseline_path(combo.device)), software_versions(), probe)
+    session.note(*checked.notes)
+    return checked
+
+
+def _defer(session: PerfSession, combo: Combination, checked: host.HostCheck) -> None:
+    """Neither PASS nor FAIL: this host is not comparable with the baseline's. Recorded as DEFERRED
+    in results.json and the summary, and a skip (with the reason) in pytest, never a pass."""
+    session.note(checked.deferred)
+    session.results.append({"combination": combo.id, "platform": session.platform_id(combo.device),
+                            "verdict": host.DEFERRED, "notes": [*checked.notes, checked.deferred],
+                            "host": checked.comparison, "acceptance_rate": None, **{m: [] for m in METRICS}})
+    pytest.skip(f"{combo.id}: DEFERRED: {checked.deferred}")
+
+
+def _stage(session: PerfSession, runner: Runner, result: dict[str, Any]) -> None:
+    """--update-baselines: the record to write at the end of the session, with this host's probe."""
+    record = runner.baseline_record(git_commit())
+    if runner.combo.device == "cpu":
+        record["host_probe"] = session.host_probe()
+    session.staged[runner.combo.id] = record
+    result.update(verdict="baseline staged", tolerance=record["tolerance"])
+
+
+def _stored_verdict(session: PerfSession, runner: Runner, baseline: dict[str, Any], checked: host.HostCheck | None,
+                    result: dict[str, Any]) -> Verdict:
+    """The stored-baseline gate's verdict (confirmed, unless --perf-confirm off), into `result`."""
+    verdict = evaluate(runner, baseline)
+    if session.config.getoption("perf_confirm") == "on":
+        verdict = confirm(runner, baseline, verdict)
+    if checked is not None:
+        verdict.notes[:0] = checked.notes
+        if checked.comparison is not None:
+            result["host"] = checked.comparison
+    result.update(verdict=verdict.outcome, decisions={m: d.as_dict() for m, d in verdict.decisions.items()},
+                  exact=None if verdict.exact is None else verdict.exact.verdict, notes=verdict.notes,
+                  rounds=verdict.rounds)
+    return verdict
 
 
 def _ab_progress(config: pytest.Config, combo: Combination):
@@ -437,12 +490,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if state.results:
         for line in perf_report.summary_lines(state.results):
             terminalreporter.write_line(line)
-        for line in state.update_lines:
+        for line in state.update_lines + state.notes:
             terminalreporter.write_line(line)
         terminalreporter.write_line(f"reports: {config.getoption('perf_report_dir')}/"
                                     "{results.json, summary.md, speedup.png}")
     c = state.counts()
     line = f"perf gate: {c['gated']} gated, {c['regressed']} regressed, {c['undecided']} undecided, {c['skipped']} skipped"
+    if c["deferred"]:
+        line += (f" ({c['deferred']} deferred: this host is not comparable with the baselines' host; "
+                 f"gate them A/B: {host.AB_COMMAND})")
     if c["gated"] == 0 and not state.updating and not config.option.collectonly:
         line += " -- nothing was gated, so this run FAILS: measure a baseline or name a reference commit"
     terminalreporter.write_line(line, bold=True)

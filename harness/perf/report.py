@@ -30,6 +30,8 @@ def _row(r: dict[str, Any]) -> list[str]:
             f"{(d['ci_high'] - 1) * 100:+.1f}]" for m, d in r["ab_decisions"].items())
         if r["behaviour_changes"]:
             detail += f", counters differ on {len(r['behaviour_changes'])} prompt(s)"
+    elif r["verdict"] == "deferred":
+        detail = f"host probe {r['host']['headline']} than the baseline's host: gate it A/B (make perf-ab)"
     elif "decisions" in r:
         detail = ", ".join(f"{m.replace('_tokens_per_sec', '')} {(d['ratio'] - 1) * 100:+.1f}% "
                            f"(tol {d['tolerance']:.0%})" for m, d in r["decisions"].items())
@@ -80,7 +82,8 @@ def chart(results: list[dict[str, Any]], path: Path) -> None:
     ax.bar([x - 0.2 for x in xs], plain, width=0.4, label="plain", color="#8c8c8c")
     ax.bar([x + 0.2 for x in xs], assisted, width=0.4, label="assisted", color="#2a7ab9")
     for x, a, s, r in zip(xs, assisted, speedup, results):
-        flag = {"fail": " FAIL", "regression": " REGRESSION", "undecided": " UNDECIDED"}.get(r["verdict"], "")
+        flag = {"fail": " FAIL", "regression": " REGRESSION", "undecided": " UNDECIDED",
+                "deferred": " DEFERRED"}.get(r["verdict"], "")
         ax.annotate(f"{s:.2f}x{flag}", (x + 0.2, a), ha="center", va="bottom", fontsize=9,
                     color={"fail": "#b22222", "regression": "#b22222", "undecided": "#c07000"}.get(r["verdict"], "black"))
     ax.set_xticks(list(xs))

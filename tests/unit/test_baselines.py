@@ -222,3 +222,12 @@ def test_a_baseline_of_another_capability_class_is_refused_with_what_to_do(tmp_p
                  "not compared", f"git checkout -- {path}", "pytest -m perf --update-baselines"):
         assert part in message
     assert baselines.load(path, platform_id=PID, cpu_class="amx") == doc
+
+
+def test_software_changes_name_what_changed():
+    recorded = {**SOFTWARE, "harness": "0.1.0"}
+    assert baselines.software_changes(recorded, {**recorded, "torch": "2.14.0"}) == ["torch 2.13.0 -> 2.14.0"]
+    assert baselines.software_changes(recorded, {**recorded, "transformers": "5.24.0", "python": "3.12.1"}) == [
+        "python 3.11.7 -> 3.12.1", "transformers 5.23.0 -> 5.24.0"]
+    assert baselines.software_changes(recorded, {**recorded, "onednn": "3.12.0"}) == []  # not recorded there
+    assert baselines.software_changes(recorded, recorded) == []

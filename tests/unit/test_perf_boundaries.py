@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +16,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.core import platform, registry
+from harness.core import hostspeed, platform, registry
 from harness.core.errors import HarnessError, RegistryError
 from harness.perf import baselines, plugin
+from harness.perf import report as perf_report
 from harness.perf.combinations import PerfSettings, combinations
 from harness.perf.runner import Runner, load_pair
 from harness.perf.verdict import BaselineMismatchError, check_comparable
@@ -125,3 +127,27 @@ def test_a_combination_listed_twice_is_a_registry_error(tmp_path):
                        timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert r.returncode == 4, r.stdout + r.stderr
     assert "--perf-matrix:" in r.stderr and "is listed twice" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_host_far_from_the_baselines_host_is_deferred_not_passed(tmp_path):
+    """The stored probe says the baseline's host was twice as fast: the combination is DEFERRED, a
+    pytest skip with the reason, in results.json and the summary, and not counted as gated."""
+    matrix = registry.load_matrix()
+    combos = combinations(matrix)
+    cpu = next(c for c in combos if c.device == "cpu")
+    doc = document("cpu", [cpu.id])
+    probe = hostspeed.measure()
+    doc["combinations"][cpu.id]["host_probe"] = {**probe, "rates": {m: 2 * v for m, v in probe["rates"].items()}}
+    baselines.write(baselines.path_for(tmp_path, platform.detect("cpu").id), doc)
+    session = plugin.PerfSession(fake_config(tmp_path), matrix, combos)
+    with pytest.raises(pytest.skip.Exception, match=f"{re.escape(cpu.id)}: DEFERRED: this host's probe is .*% slower"):
+        plugin.run_gate(session, cpu, request=None)  # deferred before any model is loaded
+    assert session.loaded is None
+    result = session.results[-1]
+    assert result["verdict"] == "deferred" and result["host"]["comparable"] is False
+    assert session.counts() == {"gated": 0, "regressed": 0, "undecided": 0, "skipped": 0, "deferred": 1}
+    assert any("not comparable: the stored gate defers to the A/B gate (`make perf-ab`)" in n for n in session.notes)
+    perf_report.write_all(session.results, tmp_path / "reports")  # validated against the results schema
+    row = perf_report.summary_lines(session.results)[2]
+    assert "DEFERRED" in row and "than the baseline's host: gate it A/B (make perf-ab)" in row
+    assert json.loads((tmp_path / "reports" / "results.json").read_text())["results"][0]["verdict"] == "deferred"

@@ -89,6 +89,7 @@ def test_update_writes_every_combination_up_to_the_cap(measured):
     assert record["exact"]["p0"]["new_tokens"] == 48
     assert len(record["speedup"]["samples"]) == 6  # update mode measures up to the cap
     assert record["decode"]["min_new_tokens"] == 48 and record["decode"]["do_sample"] is False
+    assert record["host_probe"]["rates"]["memory_gbs"] > 0  # this host's speed, for later comparisons
     assert doc["software"] == platform.software() and record["versions"]["torch"] == platform.software()["torch"]
 
 
@@ -187,6 +188,31 @@ def edit_baseline(directory: Path, change) -> Path:
     change(doc)
     path.write_text(json.dumps(doc))
     return path
+
+
+def test_a_host_far_from_the_baselines_host_defers_to_the_ab_gate(workspace):
+    matrix, directory = workspace
+
+    def three_times_as_fast(doc):  # the stored probe: a host 3x as fast as this one
+        probe = doc["combinations"][CID]["host_probe"]
+        probe["rates"] = {m: 3 * v for m, v in probe["rates"].items()}
+    path = edit_baseline(directory, three_times_as_fast)
+    r = gate(matrix, directory, "-k", "tiny+draft")
+    assert verdicts(directory) == {CID: "deferred"}
+    assert f"{CID}: DEFERRED: this host's probe is" in r.stdout and f"than the host that measured {path}" in r.stdout
+    assert "not comparable: the stored gate defers to the A/B gate (`make perf-ab`)" in r.stdout
+    assert "1 skipped" in r.stdout and "passed" not in r.stdout.splitlines()[-1]
+    assert "perf gate: 0 gated, 0 regressed, 0 undecided, 1 skipped (1 deferred" in r.stdout
+    assert r.returncode == 1  # a run that gated nothing is not a pass
+
+
+def test_other_software_is_named_and_still_compared(workspace):
+    matrix, directory = workspace
+    path = edit_baseline(directory, lambda doc: doc["combinations"][CID]["versions"].update(torch="2.0.0"))
+    r = gate(matrix, directory, "-k", "tiny+draft")
+    assert (f"software changed since {path} was measured: torch 2.0.0 -> {platform.software()['torch']} "
+            "(compared anyway)") in r.stdout
+    assert verdicts(directory)[CID] in ("pass", "undecided", "fail")  # compared, whatever the noise said
 
 
 def test_a_baseline_of_another_capability_class_is_a_one_line_failure(workspace):

@@ -1,0 +1,140 @@
+"""The host-speed probe: a short fixed measurement that tells whether this host is comparable with
+the one that measured a baseline.
+
+Hosts with one platform id (same CPU model, class and cores) differ in speed: plain bf16 decoding
+of the 1.5B target ran at 2.6 tokens/s on one Intel host and 4.9 on another. A stored baseline
+from the fast one makes the slow one fail, and the other way round hides a regression. The probe
+measures what decoding leans on, each as a rate (higher is faster):
+
+- `memory_gbs`: memory bandwidth, GB/s of a sum over a 512 MiB fp32 tensor (beyond the caches);
+- `gemv_bf16_gbs`: GB/s of weights streamed by a bf16 one-token linear layer (the decode step's
+  kernel: torch.nn.functional.linear, 16384 x 8192, 256 MiB);
+- `dispatch_kops`: thousands of small torch ops per second from Python (the per-token overhead
+  that dominates small models).
+
+Each is timed REPEATS times after one warm-up; the statistic is the median rate. The whole probe
+takes about a second. `--update-baselines` records it in every record it writes; the stored gate
+measures it again and compares (`compare()`): beyond THRESHOLD on any rate, the host is not
+comparable and the stored gate defers to the A/B gate.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+VERSION = 1  # a probe of another version measures other things: it is not compared
+REPEATS = 7
+MEMORY_MIB = 512
+GEMV_SHAPE = (16384, 8192)
+DISPATCH_OPS = 2000
+NAMES = {"memory_gbs": "memory bandwidth", "gemv_bf16_gbs": "bf16 GEMV", "dispatch_kops": "op dispatch"}
+UNITS = {"memory_gbs": "GB/s", "gemv_bf16_gbs": "GB/s", "dispatch_kops": "kop/s"}
+
+# THRESHOLD: how far a rate may be from the stored one on a comparable host. Set from the probe's
+# own spread between processes (an update and a later gate are separate processes) on this
+# project's 2-core Intel Xeon (AMX) VM: 60 probes, each in a fresh process
+# (benchmarks/hostspeed_spread.py --runs 30, twice):
+#   memory_gbs     median 11.2 GB/s  sd(log) 3.4%  range -4.7% .. +18.2%
+#   gemv_bf16_gbs  median 7.72 GB/s  sd(log) 6.1%  range -13.1% .. +13.4%
+#   dispatch_kops  median 578 kop/s  sd(log) 2.1%  range -6.0% .. +3.8%
+# Of the 3540 ordered pairs (one probe as the stored one, another as this host's), a threshold of
+# 10% calls 28.9% not comparable, 15% 10.3%, 20% 2.2%, 25% 0.1% (5 pairs), 30% 0.1%. So at 25%
+# the probe's own noise defers an unchanged host about once in a thousand runs, and hosts 2x apart
+# (2.6 against 4.9 tokens/s) are far beyond it. The GEMV rate is the widest: with an 8192 x 8192
+# layer, first tried, it was bimodal between processes (6.7 or 8.4 GB/s); 16384 x 8192 settled it.
+# Besides, in 2 of 20 earlier processes (two batches of 10, minutes apart; none of the 60) memory
+# and GEMV rates were 2.2-2.3x the usual for the whole process while op dispatch was not: a host
+# in such a state is not comparable either, and defers (2 of 80 processes here, 2.5%).
+THRESHOLD = 0.25
+
+
+def _median_rate(run: Callable[[], None], amount: float, repeats: int) -> float:
+    run()  # warm-up: first touch of the pages, kernel selection
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        rates.append(amount / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def _memory(repeats: int) -> float:
+    import torch
+
+    big = torch.ones(MEMORY_MIB * 2**20 // 4, dtype=torch.float32)
+    return _median_rate(big.sum, big.numel() * 4 / 1e9, repeats)
+
+
+def _gemv(repeats: int) -> float:
+    import torch
+
+    weight = torch.full(GEMV_SHAPE, 0.01, dtype=torch.bfloat16)
+    x = torch.ones(1, GEMV_SHAPE[1], dtype=torch.bfloat16)
+    return _median_rate(lambda: torch.nn.functional.linear(x, weight), weight.numel() * 2 / 1e9, repeats)
+
+
+def _dispatch(repeats: int) -> float:
+    import torch
+
+    small = torch.ones(64)
+
+    def ops() -> None:
+        for _ in range(DISPATCH_OPS):
+            small.add(1.0)
+    return _median_rate(ops, DISPATCH_OPS / 1e3, repeats)
+
+
+def measure(repeats: int = REPEATS) -> dict[str, Any]:
+    """This host's probe, as recorded in a baseline: {version, threads, repeats, seconds, rates}."""
+    import torch
+
+    started = time.perf_counter()
+    with torch.inference_mode():
+        rates = {"memory_gbs": _memory(repeats), "gemv_bf16_gbs": _gemv(repeats), "dispatch_kops": _dispatch(repeats)}
+    return {"version": VERSION, "threads": torch.get_num_threads(), "repeats": repeats,
+            "seconds": round(time.perf_counter() - started, 3), "rates": {k: round(v, 4) for k, v in rates.items()}}
+
+
+@dataclass(frozen=True)
+class HostComparison:
+    """This host's probe against a stored one: each rate's ratio (here / there) and the verdict."""
+
+    ratios: dict[str, float]
+    threshold: float
+    threads: tuple[int, int]  # (there, here)
+
+    @property
+    def worst(self) -> str:
+        return max(self.ratios, key=lambda m: abs(self.ratios[m] - 1))
+
+    @property
+    def comparable(self) -> bool:
+        return all(abs(r - 1) <= self.threshold for r in self.ratios.values())
+
+    def describe(self, stored: Mapping[str, Any], here: Mapping[str, Any]) -> str:
+        """`memory bandwidth 8.1 vs 10.5 GB/s (-23%), ...` for every rate."""
+        parts = [f"{NAMES.get(m, m)} {here['rates'][m]:.3g} vs {stored['rates'][m]:.3g} {UNITS.get(m, '')} "
+                 f"({(r - 1) * 100:+.0f}%)" for m, r in self.ratios.items()]
+        if self.threads[0] != self.threads[1]:
+            parts.append(f"{self.threads[1]} threads here, {self.threads[0]} there")
+        return ", ".join(parts)
+
+    def headline(self) -> str:
+        """`23% slower` or `31% faster`: the rate furthest from the stored one."""
+        r = self.ratios[self.worst]
+        return f"{abs(r - 1) * 100:.0f}% {'slower' if r < 1 else 'faster'} ({NAMES.get(self.worst, self.worst)})"
+
+
+def compare(stored: Mapping[str, Any], here: Mapping[str, Any], threshold: float = THRESHOLD) -> HostComparison | None:
+    """None when the two cannot be compared (another probe version, no rate in common)."""
+    if stored.get("version") != here.get("version"):
+        return None
+    common = [m for m in here["rates"] if m in stored.get("rates", {})]
+    if not common:
+        return None
+    return HostComparison({m: here["rates"][m] / stored["rates"][m] for m in common}, threshold,
+                          (int(stored.get("threads", 0)), int(here.get("threads", 0))))
