@@ -12,11 +12,13 @@ explicit function per version step (`MIGRATIONS`); a version without one is an e
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core import jsonio, platform
+from harness.core import capability, hostspeed, jsonio, platform
 from harness.core.errors import HarnessError
 from harness.core.registry import PACKAGE_DIR
 
@@ -187,3 +189,89 @@ def software_changes(recorded: Mapping[str, str], current: Mapping[str, str]) ->
     recorded on one side only, e.g. oneDNN in a file older than its record, says nothing)."""
     keys = [k for k in SOFTWARE_ORDER if k in recorded] + sorted(set(recorded) - set(SOFTWARE_ORDER))
     return [f"{k} {recorded[k]} -> {current[k]}" for k in keys if k in current and recorded[k] != current[k]]
+
+
+def newest_probe(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The host-speed probe of the file's most recently measured combination that has one."""
+    records = [r for r in doc.get("combinations", {}).values() if r.get("host_probe")]
+    return max(records, key=lambda r: r["date"])["host_probe"] if records else None
+
+
+@dataclass
+class Nearest:
+    """The known platform closest to a new one, and why it was picked."""
+
+    path: Path
+    doc: dict[str, Any]
+    why: str
+    skipped: list[str] = field(default_factory=list)  # files that could not be read, with the reason
+
+
+def _class_rank(name: str) -> int:
+    return capability.rank(name) if name in capability.CLASSES else len(capability.CLASSES)
+
+
+def _distance(theirs: Mapping[str, Any], ours: Mapping[str, Any], common: int) -> tuple:
+    """Smaller is nearer: same device, then same capability class, then same CPU model, then the
+    most similar (some combinations in common, the nearest class, the nearest core count, most in common)."""
+    return (theirs["device"] != ours["device"], theirs["capability"] != ours["capability"],
+            theirs["cpu_model"] != ours["cpu_model"], common == 0,
+            abs(_class_rank(theirs["capability"]) - _class_rank(ours["capability"])),
+            abs(math.log(theirs["cpu_count"] / ours["cpu_count"])), -common, theirs["id"])
+
+
+def _why(theirs: Mapping[str, Any], ours: Mapping[str, Any], common: int, total: int) -> str:
+    def same(key: str, label: str) -> str:
+        return (f"same {label} ({ours[key]})" if theirs[key] == ours[key]
+                else f"other {label} ({theirs[key]} there, {ours[key]} here)")
+    return ", ".join([same("device", "device"), same("capability", "capability class"), same("cpu_model", "CPU model"),
+                      same("cpu_count", "core count"), f"{common} of {total} combinations in common"])
+
+
+def candidates(directory: Path, exclude: Path) -> tuple[list[tuple[Path, dict[str, Any]]], list[str]]:
+    """Every readable baseline file in `directory` but `exclude`; and a line per unreadable one.
+    Files that are not baselines (schema.json, reference.json, accuracy.json) are passed over."""
+    found, skipped = [], []
+    for path in sorted(Path(directory).glob("*.json")):
+        if path == Path(exclude) or path.name.endswith("schema.json"):
+            continue
+        try:
+            raw = jsonio.read_strict(path, BaselineError)
+            if not (isinstance(raw, dict) and "platform" in raw and "combinations" in raw):
+                continue
+            found.append((path, load(path)))
+        except BaselineError as exc:
+            skipped.append(f"{path.name}: {exc}")
+    return found, skipped
+
+
+def nearest(directory: Path, new: Mapping[str, Any], path: Path) -> Nearest | None:
+    """The known platform nearest to `new` (a document about to be written to `path`), or None."""
+    ours, ids = new["platform"], set(new["combinations"])
+    found, skipped = candidates(directory, path)
+    if not found:
+        return None
+    scored = [(_distance(doc["platform"], ours, len(ids & set(doc["combinations"]))), p, doc) for p, doc in found]
+    _, best_path, best = min(scored, key=lambda item: item[0])
+    why = _why(best["platform"], ours, len(ids & set(best["combinations"])), len(ids))
+    return Nearest(best_path, best, why, skipped)
+
+
+def nearest_lines(directory: Path, new: Mapping[str, Any], path: Path, current_probe: Mapping[str, Any] | None) -> list[str]:
+    """What `--update-baselines` prints for a platform without a file yet: the nearest known
+    platform, why, the software and host-speed differences, and the new measurements against it."""
+    near = nearest(directory, new, path)
+    if near is None:
+        return [f"{path.name} is a new platform; no other baseline in {directory} to compare with"]
+    lines = [f"{path.name} is a new platform; nearest known platform: {near.path.name} ({near.why})"]
+    changed = software_changes(near.doc["software"], new["software"])
+    lines.append("  software: " + (", ".join(changed) if changed else "the same versions"))
+    stored = newest_probe(near.doc)
+    host = hostspeed.compare(stored, current_probe) if stored and current_probe else None
+    if host is not None:
+        lines.append(f"  host probe: this host is {host.headline()} than the one that measured {near.path.name} "
+                     f"({host.describe(stored, current_probe)})")
+    lines.append(f"  new measurements against {near.path.name}:")
+    lines += ["    " + c for c in changes(near.doc, dict(new))] or ["    (no change)"]
+    lines += [f"  (not compared: {s})" for s in near.skipped]
+    return lines

@@ -477,6 +477,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         changed = baselines.changes(old, new)
         lines.append(f"wrote {path} ({len(records)} combination(s) measured):")
         lines += ["  " + c for c in changed] or ["  (no change)"]
+        if old is None:  # a new platform: what it measured against the nearest known one
+            lines += baselines.nearest_lines(state.directory, new, path, state.probe)
     state.update_lines = lines
 
 

@@ -231,3 +231,73 @@ def test_software_changes_name_what_changed():
         "python 3.11.7 -> 3.12.1", "transformers 5.23.0 -> 5.24.0"]
     assert baselines.software_changes(recorded, {**recorded, "onednn": "3.12.0"}) == []  # not recorded there
     assert baselines.software_changes(recorded, recorded) == []
+
+
+def platform_doc(tmp_path, device: str, cpu_model: str, cls: str, cores: int, combos: list[str], **software) -> dict:
+    """A valid document of another platform, written to `tmp_path` under its id."""
+    doc = valid_doc()
+    doc["platform"] = {"id": platform_id(device, cpu_model, None, cls, cores), "device": device,
+                       "cpu_model": cpu_model, "cpu_count": cores, "capability": cls}
+    doc["software"].update(software)
+    doc["combinations"] = {cid: record() for cid in combos}
+    baselines.write(baselines.path_for(tmp_path, doc["platform"]["id"]), doc)
+    return doc
+
+
+def new_platform(cls: str = "avx2") -> dict:
+    """The document an update is about to write for a platform without a file."""
+    doc = valid_doc()
+    doc["platform"] = {"id": platform_id("cpu", "Intel Xeon", None, cls, 2), "device": "cpu",
+                       "cpu_model": "Intel Xeon", "cpu_count": 2, "capability": cls}
+    faster = record()
+    faster["speedup"] = samples([2.4, 2.5, 2.6])
+    doc["combinations"] = {CID: faster, "tiny+lookup:fp32:cpu:greedy:k3": record()}
+    return doc
+
+
+def nearest_name(tmp_path, new) -> str:
+    return baselines.nearest(tmp_path, new, baselines.path_for(tmp_path, new["platform"]["id"])).path.name
+
+
+def test_the_nearest_platform_is_same_device_then_class_then_cpu_model_then_most_similar(tmp_path):
+    new = new_platform("avx2")
+    assert baselines.nearest(tmp_path, new, tmp_path / "x.json") is None
+    platform_doc(tmp_path, "cuda", "Intel Xeon", "avx2", 2, [CID])            # same class and model, a GPU
+    platform_doc(tmp_path, "cpu", "Other CPU", "avx512", 8, [CID])           # nearer class, more cores
+    assert nearest_name(tmp_path, new) == "cpu-other-avx512-8c.json"          # same device first
+    platform_doc(tmp_path, "cpu", "Intel Xeon", "amx", 2, [CID])              # same model, other class
+    assert nearest_name(tmp_path, new) == "cpu-intel-xeon-amx-2c.json"       # then same CPU model
+    platform_doc(tmp_path, "cpu", "AMD EPYC 7763", "avx2", 4, [])             # same class, nothing in common
+    platform_doc(tmp_path, "cpu", "AMD EPYC 7B13", "avx2", 16, [CID])
+    assert nearest_name(tmp_path, new) == "cpu-amd-epyc-7b13-avx2-16c.json"  # same class before same model,
+    platform_doc(tmp_path, "cpu", "AMD EPYC 9654", "avx2", 2, [CID])          # then combinations in common,
+    assert nearest_name(tmp_path, new) == "cpu-amd-epyc-9654-avx2-2c.json"   # then the nearest core count
+    near = baselines.nearest(tmp_path, new, tmp_path / "x.json")
+    assert near.why == ("same device (cpu), same capability class (avx2), other CPU model (AMD EPYC 9654 there, "
+                        "Intel Xeon here), same core count (2), 1 of 2 combinations in common")
+
+
+def test_nearest_passes_over_other_files_and_names_unreadable_ones(tmp_path):
+    platform_doc(tmp_path, "cpu", "Other CPU", "avx2", 2, [CID])
+    (tmp_path / "reference.json").write_text('{"schema_version": 1, "commit": "abc"}')
+    (tmp_path / "schema.json").write_text(baselines.SCHEMA_PATH.read_text())
+    (tmp_path / "cpu-broken-avx2-2c.json").write_text('{"platform": {}, "combinations": {}}')
+    near = baselines.nearest(tmp_path, new_platform(), tmp_path / "x.json")
+    assert near.path.name == "cpu-other-avx2-2c.json"
+    assert len(near.skipped) == 1 and near.skipped[0].startswith("cpu-broken-avx2-2c.json: ")
+
+
+def test_an_update_on_a_new_platform_prints_the_diff_against_the_nearest(tmp_path):
+    platform_doc(tmp_path, "cpu", "Intel Xeon", "amx", 2, [CID], torch="2.12.0")
+    new = new_platform("avx2")
+    path = baselines.path_for(tmp_path, new["platform"]["id"])
+    lines = baselines.nearest_lines(tmp_path, new, path, None)
+    assert lines[0] == ("cpu-intel-xeon-avx2-2c.json is a new platform; nearest known platform: "
+                        "cpu-intel-xeon-amx-2c.json (same device (cpu), other capability class (amx there, avx2 here), "
+                        "same CPU model (Intel Xeon), same core count (2), 1 of 2 combinations in common)")
+    assert "  software: torch 2.12.0 -> 2.13.0" in lines
+    assert "  new measurements against cpu-intel-xeon-amx-2c.json:" in lines
+    assert any(line.startswith(f"    ~ {CID}: ") and "speedup 2x -> 2.5x (+25.0%)" in line for line in lines)
+    assert any(line.startswith("    + tiny+lookup:fp32:cpu:greedy:k3: ") for line in lines)
+    assert baselines.nearest_lines(tmp_path / "empty", new, path, None) == [
+        f"cpu-intel-xeon-avx2-2c.json is a new platform; no other baseline in {tmp_path / 'empty'} to compare with"]

@@ -129,6 +129,29 @@ def test_a_combination_listed_twice_is_a_registry_error(tmp_path):
     assert "--perf-matrix:" in r.stderr and "is listed twice" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_an_update_on_a_new_platform_names_the_nearest_known_one(tmp_path):
+    matrix = registry.load_matrix()
+    combos = combinations(matrix)
+    cpu = next(c for c in combos if c.device == "cpu")
+    other = document("cpu", [cpu.id])
+    cls = "generic" if platform.detect("cpu").capability != "generic" else "avx2"  # another class than ours
+    other["platform"].update(capability=cls, id=platform.platform_id(
+        "cpu", other["platform"]["cpu_model"], None, cls, other["platform"]["cpu_count"]))
+    baselines.write(baselines.path_for(tmp_path, other["platform"]["id"]), other)
+    config = fake_config(tmp_path, update_baselines=True)
+    session = plugin.PerfSession(config, matrix, combos)
+    measured = copy.deepcopy(other["combinations"][cpu.id])
+    measured["plain_tokens_per_sec"]["median"] *= 1.5
+    session.staged[cpu.id] = measured
+    config.stash[plugin._STATE] = session
+    plugin.pytest_sessionfinish(SimpleNamespace(config=config), 0)
+    ours = platform.detect("cpu")
+    assert (f"{ours.id}.json is a new platform; nearest known platform: {other['platform']['id']}.json (same device "
+            f"(cpu), other capability class ({cls} there, {ours.capability} here)") in "\n".join(session.update_lines)
+    assert any(line.startswith(f"    ~ {cpu.id}: plain_tokens_per_sec") and "(+50.0%)" in line
+               for line in session.update_lines)
+
+
 def test_a_host_far_from_the_baselines_host_is_deferred_not_passed(tmp_path):
     """The stored probe says the baseline's host was twice as fast: the combination is DEFERRED, a
     pytest skip with the reason, in results.json and the summary, and not counted as gated."""

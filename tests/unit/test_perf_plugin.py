@@ -91,6 +91,7 @@ def test_update_writes_every_combination_up_to_the_cap(measured):
     assert record["decode"]["min_new_tokens"] == 48 and record["decode"]["do_sample"] is False
     assert record["host_probe"]["rates"]["memory_gbs"] > 0  # this host's speed, for later comparisons
     assert doc["software"] == platform.software() and record["versions"]["torch"] == platform.software()["torch"]
+    assert "is a new platform; no other baseline in" in update.stdout  # nothing to diff against
 
 
 def test_missing_baseline_fails_with_the_update_command(measured, tmp_path):
