@@ -10,7 +10,7 @@ SMOKE_PAIR  ?= smollm2-135m+self
 BENCH_ARGS  ?=
 K_SWEEP     ?= 2-8
 
-.PHONY: setup bench bench-smoke sweep test unit fetch perf perf-ab perf-all perf-update gate-power gate-power-ab clean-venv \
+.PHONY: setup bench doctor bench-smoke sweep test unit fetch perf perf-ab perf-all perf-update gate-power gate-power-ab clean-venv \
         accuracy accuracy-all humaneval-full sandbox-tools sandbox-selftest quant-table
 
 setup: $(VENV)/.installed
@@ -28,6 +28,10 @@ fetch: setup
 # The default benchmark: plain and assisted decoding interleaved per prompt, with the speedup.
 bench: fetch
 	$(PY) -m harness bench --pair $(PAIR) --compare --json results/bench.json --markdown results/bench.md $(BENCH_ARGS)
+
+# This machine: CPU class and why, kernel costs at M = 1..8 tokens, the pair's predicted speedup (< 1 min).
+doctor: fetch
+	$(PY) -m harness doctor --pair $(PAIR) $(DOCTOR_ARGS)
 
 # A real model that loads in seconds: SmolLM2-135M with itself in int8 (w8af32-tensor) as the draft.
 bench-smoke: setup

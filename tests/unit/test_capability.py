@@ -54,6 +54,7 @@ def test_each_class_gets_its_own_choice_for_the_default_pair():
     # bf16 verification of 7 tokens costs 6x one token with AVX2 kernels: the int8 target instead
     assert pairs["avx2"].target_precision == "w8af32"
     assert pairs["avx512"].target_precision == "w8af32"
+    assert pairs["avx512-bf16"].target_precision == "bf16" and pairs["avx512-bf16"].num_assistant_tokens == 8
     for c in ("amx", "avx512-bf16", "avx512", "avx2"):
         assert pairs[c].cpu_class == c and f"{c} choice" in pairs[c].choice
     assert "not measured on this class" in pairs["generic"].choice
