@@ -169,6 +169,10 @@ class PerfSession:
 
     # models: one pair in memory at a time (24 GiB here)
     def models_for(self, combo: Combination) -> LoadedPair:
+        if combo.device == "cpu":
+            # before the first model loads, in update and check alike: in a process that holds GBs
+            # of models the memory rate came out 35% above a fresh process's on the same host
+            self.host_probe()
         if self.loaded is None or self.loaded.key != combo.model_key:
             self.loaded = None
             gc.collect()
