@@ -72,10 +72,12 @@ def cmd_models_fetch(matrix: registry.Matrix, names: list[str], pairs: list[str]
 
 
 def cmd_pairs(matrix: registry.Matrix) -> int:
+    print(f"(precisions and K as chosen for CPU class {matrix.cpu_class}: python -m harness doctor says why)")
     for p in matrix.pairs.values():
         draft = f"draft {p.draft} ({p.draft_precision})" if p.draft else "prompt lookup"
         mark = " [default]" if p.name == matrix.defaults.pair else ""
         print(f"{p.name}{mark}: target {p.target} ({p.target_precision}), {draft}, K={p.num_assistant_tokens}, "
-              f"prompts {p.prompt_set}" + (f"  tags: {','.join(p.tags)}" if p.tags else ""))
+              f"prompts {p.prompt_set}" + (f"  tags: {','.join(p.tags)}" if p.tags else "")
+              + (f"  [{p.cpu_class} choice]" if p.cpu_class else ""))
     return 0
 

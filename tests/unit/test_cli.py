@@ -131,6 +131,14 @@ def test_pairs_lists_the_default():
     assert "qwen-coder-1.5b+0.5b [default]" in r.stdout
 
 
+def test_pairs_show_the_choice_of_the_class_this_runs_as():
+    r = cli("pairs", env={"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"})
+    assert r.returncode == 0, r.stderr
+    assert "chosen for CPU class avx2" in r.stdout
+    default = next(line for line in r.stdout.splitlines() if "[default]" in line)
+    assert "(w8af32)" in default and "K=8" in default and "[avx2 choice]" in default
+
+
 def test_parse_ks():
     assert parse_ks("6") == (6,)
     assert parse_ks("2-4,8") == (2, 3, 4, 8)
