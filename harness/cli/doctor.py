@@ -112,9 +112,10 @@ def _predict(matrix: registry.Matrix, pair: registry.PairSpec) -> dict[str, Any]
          + (f", draft {pair.draft_precision})" if pair.draft else ")"))
     target = models.load(matrix.model(pair.target), pair.target_precision)
     draft = models.load(matrix.model(pair.draft), pair.draft_precision) if pair.draft and pair.draft_precision else None
-    costs = predict.measure(target.model, draft.model if draft else None, k, min_seconds=0.3)
-    verify = {m: predict.forward_ms(target.model, 128, m, min_seconds=0.1, min_calls=3) for m in range(2, 10)}
-    verify[1], verify[k + 1] = costs.target_ms, costs.verify_ms  # one measurement per M in what is printed
+    by_k_costs = predict.measure(target.model, draft.model if draft else None, sorted({*range(1, 9), k}),
+                                 min_seconds=0.2)
+    costs = by_k_costs[k]
+    verify = {1: costs.target_ms, **{kk + 1: c.verify_ms for kk, c in by_k_costs.items()}}
     _say(f"step costs (128 cached tokens): target one token {costs.target_ms:.1f} ms; "
          f"K+1 = {k + 1} tokens {costs.verify_ms:.1f} ms (r = {costs.r:.2f})"
          + (f"; draft one token {costs.draft_ms:.1f} ms (c = {costs.c:.2f})" if draft else ""))
@@ -134,8 +135,7 @@ def _predict(matrix: registry.Matrix, pair: registry.PairSpec) -> dict[str, Any]
     _say(f"predicted speedup at K={k}: {pred:.2f}x = E / (K c + r) = {e:.2f} / ({k} x {costs.c:.2f} + {costs.r:.2f})")
     by_k = {}
     for kk in range(1, 9):
-        ek = predict.expected_tokens(alpha, kk)
-        by_k[kk] = predict.speedup(ek, kk, costs.c, verify[kk + 1] / costs.target_ms)
+        by_k[kk] = by_k_costs[kk].predict(predict.expected_tokens(alpha, kk))
     best = max(by_k, key=by_k.get)
     _say("predicted by K (same alpha): " + "  ".join(f"K={kk} {v:.2f}x" for kk, v in by_k.items())
          + f"  -> best K={best}")

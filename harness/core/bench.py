@@ -132,8 +132,8 @@ def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> Ben
     interleave.warm_up(configs, lambda config, settings: run(config, encoded[0], settings), cfg.settings)
     costs = {}
     if draft is not None and cfg.device == "cpu":  # a few seconds: what predicts the speedup (python -m harness doctor)
+        costs = predict.measure(target.model, draft.model, cfg.ks, min_seconds=0.3)
         for k in cfg.ks:
-            costs[k] = predict.measure(target.model, draft.model, k, min_seconds=0.3)
             log.info("step costs at K=%d: target %.1f ms, %d tokens %.1f ms (r=%.2f), draft %.1f ms (c=%.2f)",
                      k, costs[k].target_ms, k + 1, costs[k].verify_ms, costs[k].r, costs[k].draft_ms, costs[k].c)
 

@@ -89,10 +89,11 @@ def hardware_class(flags: Collection[str], *, amx_enabled: bool = True) -> str:
 def classify(flags: Collection[str], aten: str, env: Mapping[str, str], *, amx_enabled: bool = True) -> Capability:
     """The class from the CPU flags, ATen's capability string and the environment (testable anywhere)."""
     hardware = hardware_class(flags, amx_enabled=amx_enabled)
-    limit = next((env[k] for k in ONEDNN_ENV if env.get(k)), None)
+    variable = next((k for k in ONEDNN_ENV if env.get(k)), None)
+    limit = env[variable] if variable else None
     onednn = _ONEDNN_LIMIT.get(limit.strip().upper(), "amx") if limit else "amx"
     limits = {"the CPU": hardware, f"ATen's capability {aten.upper()}": _ATEN_LIMIT.get(aten.upper(), "generic"),
-              f"ONEDNN_MAX_CPU_ISA={limit}": onednn}
+              f"{variable}={limit}": onednn}
     name = max(limits.values(), key=rank)
     limited_by = next(k for k, v in limits.items() if v == name)
     keep = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni", "amx_tile",

@@ -13,6 +13,7 @@ with r = 1 this is the paper's improvement factor (1 - alpha^(K+1)) / ((1 - alph
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +68,7 @@ class StepCosts:
                 "c": round(self.c, 4), "r": round(self.r, 4)}
 
 
-def forward_ms(model: Any, context: int, new: int, *, min_seconds: float = 0.5, min_calls: int = 5) -> float:
+def forward_ms(model: Any, context: int, new: int, *, min_seconds: float = 0.5) -> float:
     """Median ms of one forward pass over `new` tokens after `context` cached tokens (the cache is
     cropped back after each pass, so every pass sees the same context)."""
     import torch
@@ -87,12 +88,14 @@ def forward_ms(model: Any, context: int, new: int, *, min_seconds: float = 0.5, 
             model(input_ids=step, past_key_values=cache, use_cache=True, position_ids=positions)
             cache.crop(-new)  # drop what this pass appended
 
-        return time_call(one, min_seconds=min_seconds, min_calls=min_calls)
+        return time_call(one, min_seconds=min_seconds, min_calls=5)
 
 
-def measure(target: Any, draft: Any | None, k: int, *, context: int = 128, min_seconds: float = 0.5) -> StepCosts:
-    """The step costs of a loaded pair (a few seconds)."""
-    return StepCosts(target_ms=forward_ms(target, context, 1, min_seconds=min_seconds),
-                     verify_ms=forward_ms(target, context, k + 1, min_seconds=min_seconds),
-                     draft_ms=forward_ms(draft, context, 1, min_seconds=min_seconds) if draft is not None else None,
-                     k=k)
+def measure(target: Any, draft: Any | None, ks: Iterable[int], *, context: int = 128,
+            min_seconds: float = 0.5) -> dict[int, StepCosts]:
+    """The step costs of a loaded pair for each K (a few seconds): the target's and the draft's
+    one-token costs once, the target's K+1-token cost per K."""
+    target_ms = forward_ms(target, context, 1, min_seconds=min_seconds)
+    draft_ms = forward_ms(draft, context, 1, min_seconds=min_seconds) if draft is not None else None
+    return {k: StepCosts(target_ms=target_ms, verify_ms=forward_ms(target, context, k + 1, min_seconds=min_seconds),
+                         draft_ms=draft_ms, k=k) for k in ks}

@@ -77,7 +77,6 @@ class PairSpec:
     tags: tuple[str, ...] = ()
     cpu_class: str | None = None   # the CPU class whose choice was applied (None: the pair's own settings)
     choice: str = ""               # one line: where target/draft precision and K come from, and why
-    per_cpu_class: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def precisions(self) -> str:
@@ -234,7 +233,6 @@ def _pair_spec(name: str, p: dict[str, Any], defaults: Defaults, cpu_class: str)
         tags=tuple(p.get("tags", ())),
         cpu_class=cpu_class if p.get("per_cpu_class") else None,
         choice=choice,
-        per_cpu_class=dict(per_class),
     )
 
 
