@@ -24,20 +24,23 @@ def model_fingerprint(model_dir: Path) -> dict[str, Any]:
             "files": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]}
 
 
-def key(model_dir: Path, name: str, settings: dict[str, Any]) -> str:
+def key(model_dir: Path, name: str, settings: dict[str, Any], variant: dict[str, Any] | None = None) -> str:
     full = {**quant.settings_of(name), **settings}  # defaults too: a changed default is another checkpoint
     described = {k: (v.describe() if hasattr(v, "describe") else v) for k, v in sorted(full.items())}
-    blob = json.dumps({"model": model_fingerprint(model_dir), "method": name, "settings": described,
-                       "format": quant.SAVE_FORMAT, "torch": torch.__version__}, sort_keys=True, default=str)
+    doc = {"model": model_fingerprint(model_dir), "method": name, "settings": described,
+           "format": quant.SAVE_FORMAT, "torch": torch.__version__}
+    if variant:  # the model was changed before quantizing (e.g. a draft's smaller output layer)
+        doc["variant"] = variant
+    blob = json.dumps(doc, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def cached_quantize(model: Any, name: str, model_dir: Path, cache_dir: Path, *, progress: bool = True,
-                    **settings: Any) -> tuple[Any, quant.QuantRecord]:
+                    variant: dict[str, Any] | None = None, **settings: Any) -> tuple[Any, quant.QuantRecord]:
     """`quant.quantize`, or the saved result of the same call if there is one."""
     if not quant.method(name).saveable:
         return quant.quantize(model, name, progress=progress, **settings)
-    path = cache_dir / f"{model_dir.name}-{name}-{key(model_dir, name, settings)}.pt"
+    path = cache_dir / f"{model_dir.name}-{name}-{key(model_dir, name, settings, variant)}.pt"
     if path.exists():
         try:
             model, record = quant.load(model, path)

@@ -3,7 +3,8 @@
 Each layer keeps its quantized weight as buffers (so `state_dict` saves it) and calls one of
 torch's own CPU kernels in `forward`:
 
-    Int8DynamicLinear    int8 weights per output channel, int8 activations per token  torch._int_mm
+    Int8DynamicLinear    int8 weights per output channel, int8 activations per token  oneDNN int8 GEMM
+                         (prepacked, AMX) or torch._int_mm: INT8_KERNELS
     Int8WeightOnlyLinear int8 weights per output channel, bf16 activations    aten._weight_int8pack_mm
     Int4WeightOnlyLinear int4 weights per group of input channels, bf16 act.  aten._weight_int4pack_mm_for_cpu
 
@@ -17,6 +18,12 @@ import torch
 from torch import nn
 
 INT4_GROUP_SIZES = (32, 64, 128, 256)
+# The int8 x int8 -> int32 GEMM behind Int8DynamicLinear. Both give the same exact integer products
+# where the CPU has VNNI or AMX (and the same rows alone or in a block everywhere); they differ in
+# speed. On a 1536x8960 layer with a cold cache (benchmarks/int8_kernels.py), Intel AMX host:
+# onednn 0.70 ms for one token, 0.75 ms for 7; _int_mm 1.30 / 1.35 ms. Under the AVX2 limit:
+# onednn 7.3 / 19 ms, _int_mm 2.9 / 3.4 ms. harness.core.capability picks one per CPU class.
+INT8_KERNELS = ("onednn", "int_mm")
 INT4_INNER_K_TILES = 2  # torch's CPU int4 packing: in_features must be a multiple of 16 * this
 
 
@@ -107,12 +114,37 @@ class Int8DynamicLinear(_QuantLinear):
         # CPU torch._int_mm ran twice as fast with that layout as with a contiguous [K, N] copy
         self.register_buffer("weight_scale", scale)
 
+    kernel = "int_mm"  # or "onednn" after use_kernel("onednn"); see INT8_KERNELS
+
+    def use_kernel(self, kernel: str) -> None:
+        """Switch the int8 GEMM. "onednn" prepacks the weight into oneDNN's blocked layout once
+        (a second int8 copy; `weight_q` stays for state_dict) and calls its int8 GEMM with unit
+        scales, so its float32 output is the exact int32 product, as with torch._int_mm."""
+        if kernel not in INT8_KERNELS:
+            raise QuantSettingsError(f"int8 kernel {kernel!r}: choose one of {', '.join(INT8_KERNELS)}")
+        if kernel == "onednn":
+            self._packed = torch.ops.onednn.qlinear_prepack(self.weight_q, [1, self.in_features])
+            self._unit = torch.ones(self.out_features)
+            self._zero = torch.zeros(self.out_features, dtype=torch.int32)
+        else:
+            self._packed = None
+        self.kernel = kernel
+
+    def _int8_gemm(self, a_q: torch.Tensor) -> torch.Tensor:
+        if self.kernel == "onednn":
+            return torch.ops.onednn.qlinear_pointwise(a_q, 1.0, 0, self._packed, self._unit, self._zero, None,
+                                                      1.0, 0, torch.float32, "none", [], "")
+        return torch._int_mm(a_q, self.weight_q.t()).float()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = self._scaled(x, torch.float32)
         a_scale = (a.abs().amax(dim=1, keepdim=True) / 127).clamp(min=1e-8)
         a_q = torch.round(a / a_scale).clamp(-127, 127).to(torch.int8)
-        y = torch._int_mm(a_q, self.weight_q.t()).float() * a_scale * self.weight_scale
+        y = self._int8_gemm(a_q) * a_scale * self.weight_scale
         return self._finish(y, x)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", kernel={self.kernel}"
 
 
 class Int8WeightOnlyLinear(_QuantLinear):
@@ -148,6 +180,14 @@ class Int4WeightOnlyLinear(_QuantLinear):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", group_size={self.group_size}"
+
+
+def use_int8_kernel(model: nn.Module, kernel: str) -> int:
+    """Point every Int8DynamicLinear of `model` at one int8 GEMM; the number of layers switched."""
+    layers = [m for m in model.modules() if isinstance(m, Int8DynamicLinear)]
+    for layer in layers:
+        layer.use_kernel(kernel)
+    return len(layers)
 
 
 LAYER_CLASSES = {c.__name__: c for c in (Int8DynamicLinear, Int8WeightOnlyLinear, Int4WeightOnlyLinear)}

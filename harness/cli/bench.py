@@ -26,6 +26,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     precisions = registry.precisions()
     b.add_argument("--target-precision", choices=precisions)
     b.add_argument("--draft-precision", choices=precisions)
+    b.add_argument("--reference-precision", choices=precisions, metavar="P",
+                   help="also run plain decoding of the target at precision P (e.g. bf16 beside an int8 "
+                        "target's own plain arm): the 'vs Reference' column; default: no second plain arm")
+    b.add_argument("--draft-vocab", type=int_in(1, 10_000_000), metavar="N",
+                   help="the draft's output layer scores only its N most frequent tokens (a cheaper draft "
+                        "step; the output is unchanged, acceptance may fall): harness/core/drafthead.py")
+    b.add_argument("--preset", metavar="NAME",
+                   help="the pair's settings measured best for this CPU class, e.g. 'fastest' (precisions, K, "
+                        "reference precision; options given explicitly still win); see `python -m harness pairs`")
     b.add_argument("--do-sample", action="store_true", default=None, help="sample instead of greedy decoding")
     b.add_argument("--temperature", type=float_in(0.0, 100.0, lo_open=True))
     b.add_argument("--top-p", type=float_in(0.0, 1.0, lo_open=True))
@@ -54,7 +63,9 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
         raise HarnessError("--temperature and --top-p apply to sampling; add --do-sample")
     cfg = bench.build_config(
         matrix, args.pair or matrix.defaults.pair, task=args.task, mode=args.mode,
-        target_precision=args.target_precision, draft_precision=args.draft_precision, do_sample=args.do_sample,
+        target_precision=args.target_precision, draft_precision=args.draft_precision,
+        reference_precision=args.reference_precision, preset=args.preset, draft_vocab=args.draft_vocab,
+        do_sample=args.do_sample,
         temperature=args.temperature, top_p=args.top_p, seed=args.seed, ks=args.ks, schedule=args.schedule,
         confidence_threshold=args.confidence_threshold, prompt_lookup=args.prompt_lookup,
         max_new_tokens=args.max_new_tokens, repeats=args.repeats, limit=args.limit, platform=args.platform,

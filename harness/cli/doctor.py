@@ -5,6 +5,7 @@ M = 1..8 tokens, and the speedup those costs predict for the pair (in under a mi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -21,6 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("doctor", help="this machine's CPU class, kernels and their costs, the pair's predicted speedup")
     d.add_argument("--pair", help="registry pair (default: the registry's defaults.pair)")
     d.add_argument("--precisions", help="comma-separated precisions to time (default: every one)")
+    d.add_argument("--preset", metavar="NAME", help="predict for the pair's preset on this CPU class (e.g. "
+                                                    "fastest) instead of its chosen precisions")
     d.add_argument("--no-models", action="store_true",
                    help="kernels only: do not load the pair (no step costs, no prediction)")
     d.add_argument("--json", type=Path, metavar="PATH", help="also write the findings as JSON")
@@ -47,9 +50,9 @@ def _cost_table(title: str, shape: tuple[int, int], precisions: list[str]) -> li
     for p in precisions:
         c = kernels.layer_cost(p, *shape, tokens=TOKENS, min_seconds=0.05)
         if c.error:
-            _say(f"  {p:14s} {kernels.KERNEL.get(p, '?'):34s} does not run here: {c.error}")
+            _say(f"  {p:14s} {kernels.kernel_name(p):34s} does not run here: {c.error}")
         else:
-            _say(f"  {p:14s} {kernels.KERNEL.get(p, '?'):34s} {c.ms[1]:7.2f} "
+            _say(f"  {p:14s} {kernels.kernel_name(p):34s} {c.ms[1]:7.2f} "
                  + " ".join(f"{c.ratio(m):5.2f}" for m in TOKENS[1:]))
         out.append({"precision": p, "shape": list(shape), "ms": {str(m): round(v, 4) for m, v in c.ms.items()},
                     "error": c.error})
@@ -62,6 +65,12 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     pair = matrix.pair(args.pair or matrix.defaults.pair)
+    preset = pair.preset(args.preset, matrix.cpu_class) if args.preset else None
+    if preset:
+        pair = dataclasses.replace(pair, target_precision=preset.target_precision,
+                                   draft_precision=preset.draft_precision,
+                                   num_assistant_tokens=preset.num_assistant_tokens,
+                                   choice=f"preset {preset.name} for CPU class {preset.cpu_class}: {preset.why}")
     cap = capability.detect()
     plat = detect("cpu")
     precisions = [p.strip() for p in args.precisions.split(",")] if args.precisions else list(kernels.KERNEL)
@@ -92,7 +101,7 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
                                             [p for p in precisions if p in (pair.draft_precision, "bf16", "fp32")])
 
     if not args.no_models and target_path:
-        report["prediction"] = _predict(matrix, pair)
+        report["prediction"] = _predict(matrix, pair, preset.reference_precision if preset else None)
     _say(f"\ndoctor finished in {time.perf_counter() - started:.0f} s")
     if args.json:
         from harness.core import jsonio
@@ -102,7 +111,7 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     return 0
 
 
-def _predict(matrix: registry.Matrix, pair: registry.PairSpec) -> dict[str, Any]:
+def _predict(matrix: registry.Matrix, pair: registry.PairSpec, reference: str | None = None) -> dict[str, Any]:
     """Step costs of the real pair and the speedup they predict for an acceptance measured here."""
     from harness.core import decode, models, predict, prompts
     from harness.core.generate import measure_generation
@@ -139,12 +148,21 @@ def _predict(matrix: registry.Matrix, pair: registry.PairSpec) -> dict[str, Any]
     best = max(by_k, key=by_k.get)
     _say("predicted by K (same alpha): " + "  ".join(f"K={kk} {v:.2f}x" for kk, v in by_k.items())
          + f"  -> best K={best}")
+    against = None
+    if reference and reference != pair.target_precision:
+        ref = models.load(matrix.model(pair.target), reference)
+        ref_ms = predict.forward_ms(ref.model, 128, 1, min_seconds=0.2)
+        del ref
+        against = {"precision": reference, "target_ms": round(ref_ms, 3),
+                   "predicted_ratio": pred * ref_ms / costs.target_ms}
+        _say(f"against plain {reference} ({ref_ms:.1f} ms a token): predicted {against['predicted_ratio']:.2f}x its "
+             f"tokens/s = {pred:.2f} x {ref_ms:.1f} / {costs.target_ms:.1f}")
     if pred < 1.0:
         _say(f"WARNING: assisted decoding is predicted SLOWER than plain here ({pred:.2f}x): verifying "
              f"{k + 1} tokens costs {costs.r:.1f} one-token steps; see the per-class choices in harness/matrix.toml")
     return {"costs": costs.as_dict(), "verify_ms": {str(m): round(v, 3) for m, v in sorted(verify.items())},
             "prompt": first.id, "mean_accepted_length": e, "alpha": alpha, "predicted_speedup": pred,
-            "predicted_by_k": {str(kk): round(v, 3) for kk, v in by_k.items()}}
+            "predicted_by_k": {str(kk): round(v, 3) for kk, v in by_k.items()}, "against_reference": against}
 
 
 if __name__ == "__main__":  # pragma: no cover

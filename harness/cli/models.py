@@ -79,5 +79,11 @@ def cmd_pairs(matrix: registry.Matrix) -> int:
         print(f"{p.name}{mark}: target {p.target} ({p.target_precision}), {draft}, K={p.num_assistant_tokens}, "
               f"prompts {p.prompt_set}" + (f"  tags: {','.join(p.tags)}" if p.tags else "")
               + (f"  [{p.cpu_class} choice]" if p.cpu_class else ""))
+        for name, by_class in p.presets.items():
+            here = by_class.get(matrix.cpu_class)
+            said = (f"{here.precisions}, K={here.num_assistant_tokens}"
+                    + (f", against plain {here.reference_precision}" if here.reference_precision else "")
+                    if here else f"not measured on {matrix.cpu_class}")
+            print(f"    --preset {name}: {said} (measured on: {', '.join(by_class)})")
     return 0
 

@@ -21,7 +21,7 @@ from harness.core.generate import ASSISTED, PLAIN, PROMPT_LOOKUP, measure_genera
 from harness.core.platform import device_available
 from harness.core.predict import StepCosts
 from harness.core.record import GenerationResult, Row, Summary
-from harness.core.registry import Matrix, PairSpec
+from harness.core.registry import Matrix, PairSpec, Preset
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,12 @@ class Configuration:
 
     mode: str  # plain | assisted | prompt-lookup
     k: int | None = None
+    reference: str | None = None  # plain decoding of the target at this other precision (--reference-precision)
 
     @property
     def label(self) -> str:
+        if self.reference:
+            return f"{self.mode} {self.reference}"
         return self.mode if self.k is None else f"{self.mode} k={self.k}"
 
 
@@ -52,9 +55,20 @@ class BenchConfig:
     repeats: int = 1
     limit: int | None = None
     device: str = "cpu"
+    reference_precision: str | None = None  # a second plain arm at this precision (None: none)
+    draft_vocab: int | None = None          # the draft scores only its N most frequent tokens
+    preset: Preset | None = None            # the --preset these settings came from
+
+    @property
+    def reference(self) -> Configuration | None:
+        """The plain arm at the reference precision, where one differs from the target's."""
+        rp = self.reference_precision
+        return Configuration(PLAIN, reference=rp) if rp and rp != self.target_precision else None
 
     def configurations(self) -> list[Configuration]:
         configs = [Configuration(PLAIN)] if self.run_plain else []
+        if self.reference:
+            configs.append(self.reference)
         if self.run_assisted:
             configs += [Configuration(self.assisted_mode, k) for k in self.ks]
         return configs
@@ -68,6 +82,7 @@ class BenchResult:
     rows: list[Row]
     summary: list[Summary]
     costs: dict[int, StepCosts] = dataclasses.field(default_factory=dict)  # K -> measured step costs
+    reference: dict[str, Any] | None = None  # the target loaded at the reference precision
 
     def predicted(self, s: Summary) -> float | None:
         """The speedup the step costs predict for this configuration's measured acceptance."""
@@ -79,6 +94,12 @@ def build_config(matrix: Matrix, pair_name: str, **overrides: Any) -> BenchConfi
     """Registry values, then explicit overrides (None means 'not given')."""
     pair = matrix.pair(pair_name)
     o = {k: v for k, v in overrides.items() if v is not None}
+    preset = pair.preset(o["preset"], matrix.cpu_class) if "preset" in o else None
+    if preset:  # the preset fills what was not given explicitly
+        from_preset = {"target_precision": preset.target_precision, "draft_precision": preset.draft_precision,
+                       "ks": (preset.num_assistant_tokens,), "reference_precision": preset.reference_precision,
+                       "draft_vocab": preset.draft_vocab}
+        o = {**{k: v for k, v in from_preset.items() if v is not None}, **o}
     prompt_lookup = o.get("prompt_lookup")
     assisted_mode = PROMPT_LOOKUP if (pair.mode == PROMPT_LOOKUP or prompt_lookup) else ASSISTED
     ks = tuple(o.get("ks") or ((prompt_lookup,) if prompt_lookup else (pair.num_assistant_tokens,)))
@@ -97,27 +118,55 @@ def build_config(matrix: Matrix, pair_name: str, **overrides: Any) -> BenchConfi
     device = matrix.platform(o.get("platform", "cpu")).device
     if reason := device_available(device):
         raise HarnessError(f"--platform {o.get('platform')}: {reason}")
+    target_precision = o.get("target_precision", pair.target_precision)
+    if device == "cpu":
+        _require_kernels({"--target-precision": target_precision, "--draft-precision": draft_precision,
+                          "--reference-precision": o.get("reference_precision")}, preset)
     return BenchConfig(
         pair=pair, task=task, run_plain=mode in ("compare", "plain"), run_assisted=mode in ("compare", "assisted"),
-        assisted_mode=assisted_mode, target_precision=o.get("target_precision", pair.target_precision),
+        assisted_mode=assisted_mode, target_precision=target_precision,
         draft_precision=draft_precision, ks=ks, settings=settings,
         repeats=o.get("repeats", matrix.defaults.repeats), limit=o.get("limit"), device=device,
+        reference_precision=o.get("reference_precision"), preset=preset,
+        draft_vocab=o.get("draft_vocab") if draft_precision else None,
     )
+
+
+def _require_kernels(options: dict[str, str | None], preset: Preset | None) -> None:
+    """Every precision the run needs has a kernel that runs on this CPU, checked before any model
+    loads (a 256x256 probe each); the error names the option and what runs here."""
+    from harness.core import capability, kernels
+
+    for option, precision in options.items():
+        if precision is None or (why := kernels.failure(precision)) is None:
+            continue
+        works = [p for p in kernels.KERNEL if kernels.failure(p) is None]
+        source = f" (from --preset {preset.name})" if preset else ""
+        raise HarnessError(f"{option} {precision}{source}: its kernel ({kernels.kernel_name(precision)}) does not run "
+                           f"on this CPU (class {capability.detect().name}): {why}. Precisions that run here: "
+                           f"{', '.join(works)}")
 
 
 def _loaded_info(m: models.LoadedModel) -> dict[str, Any]:
     return {"name": m.name, "precision": m.precision, "path": str(m.path), "load_s": round(m.load_s, 2),
-            "parameters": sum(p.numel() for p in m.model.parameters()), "quantization": m.quant_record}
+            "parameters": sum(p.numel() for p in m.model.parameters()), "quantization": m.quant_record,
+            "draft_head": m.draft_head}
 
 
 def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
     from tqdm.auto import tqdm
 
     target = models.load(matrix.model(cfg.pair.target), cfg.target_precision, cfg.device)
+    reference = None
+    if cfg.reference:
+        try:
+            reference = models.load(matrix.model(cfg.pair.target), cfg.reference.reference, cfg.device)
+        except HarnessError as exc:
+            raise HarnessError(f"--reference-precision {cfg.reference.reference}: {exc}") from None
     draft = None
     if cfg.run_assisted and cfg.assisted_mode == ASSISTED:
         assert cfg.pair.draft is not None and cfg.draft_precision is not None
-        draft = models.load(matrix.model(cfg.pair.draft), cfg.draft_precision, cfg.device)
+        draft = models.load(matrix.model(cfg.pair.draft), cfg.draft_precision, cfg.device, draft_vocab=cfg.draft_vocab)
     prompt_set = matrix.prompt_set_for(cfg.task, cfg.pair)
     prompt_list = prompts.load_prompts(prompt_set, target.tokenizer, limit=cfg.limit)
     encoded = [prompts.encode(p, target.tokenizer, chat_template=prompt_set.chat_template) for p in prompt_list]
@@ -125,7 +174,8 @@ def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> Ben
 
     def run(config: Configuration, ids: torch.LongTensor, settings: DecodeSettings) -> GenerationResult:
         s = dataclasses.replace(settings, num_assistant_tokens=config.k or settings.num_assistant_tokens)
-        return measure_generation(target.model, ids, s, mode=config.mode,
+        model = reference.model if (reference and config.reference) else target.model
+        return measure_generation(model, ids, s, mode=config.mode,
                                   assistant=draft.model if (draft and config.mode == ASSISTED) else None,
                                   tokenizer=target.tokenizer)
 
@@ -152,26 +202,33 @@ def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> Ben
     info_t = _loaded_info(target)
     info_d = _loaded_info(draft) if draft else None
 
-    rows = _rows(prompt_list, configs, samples, cfg.repeats)
+    rows = _rows(prompt_list, configs, samples, cfg.repeats, cfg.reference)
     return BenchResult(config=cfg, target=info_t, draft=info_d, rows=rows, summary=summarize(rows, configs),
-                       costs=costs)
+                       costs=costs, reference=_loaded_info(reference) if reference else None)
+
+
+def _paired_speedup(base: list[GenerationResult], runs: list[GenerationResult]) -> float | None:
+    """Median over repeats of base/run time per token, the r-th run of each (the same ABBA slot)."""
+    return descriptive.median([descriptive.ratio(a.time_per_token_ms, b.time_per_token_ms) for a, b in zip(base, runs)])
 
 
 def _rows(prompt_list: list[prompts.Prompt], configs: list[Configuration],
-          samples: dict[tuple[int, Configuration], list[GenerationResult]], repeats: int) -> list[Row]:
+          samples: dict[tuple[int, Configuration], list[GenerationResult]], repeats: int,
+          reference: Configuration | None = None) -> list[Row]:
     rows = []
     plain = Configuration(PLAIN)
     for i, p in enumerate(prompt_list):
         plain_runs = samples.get((i, plain))
+        reference_runs = samples.get((i, reference)) if reference else None
         for config in configs:
             runs = samples[(i, config)]
-            speedup = None
+            speedup = speedup_ref = None
             same = None
-            if config != plain and plain_runs:
-                # pair the r-th plain run with the r-th assisted run (same ABBA slot)
-                speedup = descriptive.median([descriptive.ratio(a.time_per_token_ms, b.time_per_token_ms)
-                                        for a, b in zip(plain_runs, runs)])
+            if config.mode != PLAIN and plain_runs:
+                speedup = _paired_speedup(plain_runs, runs)
                 same = all(a.tokens == b.tokens for a, b in zip(plain_runs, runs))
+            if config.mode != PLAIN and reference_runs:
+                speedup_ref = _paired_speedup(reference_runs, runs)
             med = lambda attr: descriptive.median([getattr(x, attr) for x in runs])  # noqa: E731
             first = runs[0]
             rows.append(Row(
@@ -182,7 +239,8 @@ def _rows(prompt_list: list[prompts.Prompt], configs: list[Configuration],
                 drafted=first.drafted if repeats == 1 else _int_median(runs, "drafted"),
                 accepted=first.accepted if repeats == 1 else _int_median(runs, "accepted"),
                 mean_accepted_length=med("mean_accepted_length") if config.mode != PLAIN else None,
-                target_forwards=_int_median(runs, "target_forwards"), speedup=speedup, cpu_s=med("cpu_s"),
+                target_forwards=_int_median(runs, "target_forwards"), speedup=speedup,
+                speedup_vs_reference=speedup_ref, cpu_s=med("cpu_s"),
                 same_tokens_as_plain=same,
                 samples=[r.sample() for r in runs],
             ))
@@ -206,6 +264,8 @@ def summarize(rows: list[Row], configs: list[Configuration]) -> list[Summary]:
             median_tokens_per_sec=descriptive.median([r.tokens_per_sec for r in mine]),
             median_time_per_token_ms=descriptive.median([r.time_per_token_ms for r in mine]),
             median_speedup=descriptive.median([r.speedup for r in mine]) if assisted else None,
+            median_speedup_vs_reference=(descriptive.median([r.speedup_vs_reference for r in mine])
+                                         if assisted and any(r.speedup_vs_reference for r in mine) else None),
             acceptance_rate=(sum(r.accepted or 0 for r in mine) / drafted) if assisted and drafted else None,
             mean_accepted_length=(sum(r.new_tokens for r in mine) / forwards) if assisted and forwards else None,
             prompts_same_tokens_as_plain=(sum(bool(r.same_tokens_as_plain) for r in mine)

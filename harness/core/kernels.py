@@ -9,6 +9,7 @@ about one token's step (AMX: 0.7x for a bf16 1536x8960 layer; AVX2 kernels: 2x).
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -19,6 +20,38 @@ log = logging.getLogger(__name__)
 # The kernel behind each precision (int4 RTN stands for AWQ: the same kernel; w8a8 for w8af32).
 PROBE_METHOD = {"bf16": None, "fp32": None, "fp16": None, "w8af32": "w8af32", "w8af32-tensor": "w8af32-tensor",
                 "w8abf16": "w8abf16", "w8a8": "w8af32", "w4abf16": "w4abf16-rtn", "w4abf16-rtn": "w4abf16-rtn"}
+
+
+# The int8 GEMM behind w8af32 and w8a8 (quant.layers.INT8_KERNELS) per CPU class, measured on a
+# 1536x8960 layer cycled over 24 copies so that the weights come from memory (benchmarks/int8_kernels.py):
+#   amx:  oneDNN prepacked 0.70 ms at M=1, 0.75 at M=7; torch._int_mm 1.30 / 1.35 (Intel AMX host)
+#   avx2: oneDNN 7.3 / 19 ms;  torch._int_mm 2.9 / 3.4 (the same host under the AVX2 limit)
+INT8_KERNEL = {"amx": "onednn", "avx512-bf16": "onednn", "avx512": "int_mm", "avx2": "int_mm", "generic": "int_mm"}
+INT8_KERNEL_ENV = "HARNESS_INT8_KERNEL"  # overrides the class's choice (to measure one against the other)
+INT8_KERNEL_NAME = {"onednn": "oneDNN int8 GEMM, prepacked", "int_mm": "torch._int_mm (int8 x int8)"}
+
+
+def int8_kernel() -> str:
+    """This process's int8 GEMM: $HARNESS_INT8_KERNEL, else the CPU class's entry in INT8_KERNEL."""
+    from harness.core import capability
+    from harness.core.errors import HarnessError
+    from quant.layers import INT8_KERNELS
+
+    if chosen := os.environ.get(INT8_KERNEL_ENV):
+        if chosen not in INT8_KERNELS:
+            raise HarnessError(f"{INT8_KERNEL_ENV}={chosen!r}: choose one of {', '.join(INT8_KERNELS)}, "
+                               "or unset it for this CPU class's choice")
+        return chosen
+    return INT8_KERNEL[capability.detect().name]
+
+
+def use_int8_kernel(model) -> str | None:
+    """Point the model's per-token int8 layers at this process's int8 GEMM; the kernel, or None
+    when the model has no such layer."""
+    from quant.layers import use_int8_kernel as switch
+
+    kernel = int8_kernel()
+    return kernel if switch(model, kernel) else None
 
 
 @dataclass(frozen=True)
@@ -47,6 +80,7 @@ def build_layer(precision: str, in_features: int, out_features: int, seed: int =
         model[0].weight.normal_(0, 0.02)
     if method is not None:
         model, _ = quant.quantize(model, method, progress=False)
+        use_int8_kernel(model)
     return model.eval(), base
 
 
@@ -77,7 +111,7 @@ def layer_cost(precision: str, in_features: int, out_features: int, tokens: tupl
             for m in tokens:
                 x = torch.randn(1, m, in_features).to(dtype)
                 ms[m] = time_call(lambda: layer(x), min_seconds=min_seconds)
-    except (RuntimeError, NotImplementedError, ValueError) as exc:
+    except (RuntimeError, NotImplementedError, ValueError, AttributeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         log.debug("%s %s: %s", precision, shape, exc)
         return LayerCost(precision, shape, {}, error=first[:200])
@@ -85,9 +119,16 @@ def layer_cost(precision: str, in_features: int, out_features: int, tokens: tupl
 
 
 KERNEL = {"bf16": "oneDNN/ATen bf16 matmul", "fp32": "oneDNN/MKL fp32 matmul", "fp16": "ATen fp16 matmul",
-          "w8af32": "torch._int_mm (int8 x int8)", "w8af32-tensor": "fbgemm dynamic int8 (torch.ao)",
-          "w8abf16": "aten._weight_int8pack_mm", "w8a8": "torch._int_mm (int8 x int8)",
+          "w8af32": "per-token int8 GEMM", "w8af32-tensor": "fbgemm dynamic int8 (torch.ao)",
+          "w8abf16": "aten._weight_int8pack_mm", "w8a8": "per-token int8 GEMM",
           "w4abf16": "aten._weight_int4pack_mm_for_cpu", "w4abf16-rtn": "aten._weight_int4pack_mm_for_cpu"}
+
+
+def kernel_name(precision: str) -> str:
+    """The kernel behind a precision in this process (the int8 GEMM as chosen for this CPU class)."""
+    if KERNEL.get(precision) == "per-token int8 GEMM":
+        return INT8_KERNEL_NAME[int8_kernel()]
+    return KERNEL.get(precision, "?")
 
 
 _WORKS: dict[str, str | None] = {}

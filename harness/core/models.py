@@ -396,6 +396,7 @@ class LoadedModel:
     path: Path
     load_s: float
     quant_record: dict[str, Any] | None = None
+    draft_head: dict[str, Any] | None = None  # the output layer's token subset (harness/core/drafthead.py)
 
 
 FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -408,13 +409,14 @@ def _require_kernel(precision: str) -> None:
     why = kernels.failure(precision)
     if why:
         works = [p for p in kernels.KERNEL if p != precision and kernels.failure(p) is None]
-        raise HarnessError(f"precision {precision!r}: its kernel ({kernels.KERNEL.get(precision, '?')}) does not run "
+        raise HarnessError(f"precision {precision!r}: its kernel ({kernels.kernel_name(precision)}) does not run "
                            f"on this CPU (class {capability.detect().name}): {why}. Precisions that run here: "
                            f"{', '.join(works)} (python -m harness doctor)")
 
 
-def load(spec: ModelSpec, precision: str, device: str = "cpu") -> LoadedModel:
-    """Load a fetched model at a precision ('bf16', 'fp32', 'fp16', 'w8af32', ...)."""
+def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: int | None = None) -> LoadedModel:
+    """Load a fetched model at a precision ('bf16', 'fp32', 'fp16', 'w8af32', ...). `draft_vocab`:
+    a draft's output layer scores only its N most frequent tokens (harness/core/drafthead.py)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -434,15 +436,28 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu") -> LoadedModel:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
     record = None
+    head = None
+    if draft_vocab:
+        from harness.core.drafthead import restrict_head
+
+        try:
+            head = restrict_head(model, tokenizer, draft_vocab)
+        except ValueError as exc:
+            raise HarnessError(f"model {spec.name!r}: {exc}") from None
     if quantized:
         from quant.cache import cached_quantize
         from quant.calibration import token_windows
 
         try:
             settings = {"calibration": token_windows(tokenizer)} if quant.method(precision).calibrated else {}
-            model, record = cached_quantize(model, precision, path, cache_root() / "quantized", **settings)
+            model, record = cached_quantize(model, precision, path, cache_root() / "quantized",
+                                            variant=head, **settings)
         except quant.QuantSettingsError as exc:
             raise QuantizationError(f"model {spec.name!r} at precision {precision}: {exc}") from None
+        from harness.core.kernels import use_int8_kernel
+
+        if device == "cpu" and (kernel := use_int8_kernel(model)):
+            record.settings["int8_kernel"] = kernel  # how it ran, not how it was made (not in the cache key)
     log.info("loaded %s (%s) in %.1f s", spec.name, precision, time.perf_counter() - start)
     return LoadedModel(spec.name, precision, device, model, tokenizer, path, time.perf_counter() - start,
-                       record.as_dict() if record else None)
+                       record.as_dict() if record else None, head)

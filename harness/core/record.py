@@ -26,6 +26,8 @@ Metric definitions:
   mean_accepted_length  new tokens per verification step (accepted + the target's own token)
   speedup            plain time_per_token_ms / assisted time_per_token_ms on the same prompt,
                      pairing the r-th plain run with the r-th assisted run (same interleave slot)
+  speedup_vs_reference  the same against the plain arm at --reference-precision (e.g. plain bf16
+                     beside an int8 target's own plain arm)
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ class Row(Measurement):
     mode: str
     k: int | None
     speedup: float | None = column(11, "Speedup", ".2f", "x")
+    speedup_vs_reference: float | None = column(12, "vs Reference", ".2f", "x", default=None)
     same_tokens_as_plain: bool | None
     samples: list[dict[str, Any]] = field(default_factory=list)
 
@@ -117,6 +120,7 @@ class Summary:
     acceptance_rate: float | None
     mean_accepted_length: float | None
     prompts_same_tokens_as_plain: int | None
+    median_speedup_vs_reference: float | None = None  # over the plain arm at --reference-precision
 
 
 @dataclass(frozen=True)

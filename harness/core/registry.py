@@ -17,6 +17,7 @@ from harness.core.errors import RegistryError, UnknownNameError
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # harness/: matrix.toml, schemas/, data/
 DEFAULT_MATRIX = PACKAGE_DIR / "matrix.toml"
 CHOSEN = "chosen"  # in perf.combinations.precisions: the pair's precisions for this machine's CPU class
+# (a preset name there, e.g. "fastest", is the pair's preset for this machine's CPU class)
 MATRIX_SCHEMA = PACKAGE_DIR / "schemas" / "matrix.schema.json"
 
 
@@ -62,6 +63,24 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class Preset:
+    """Settings measured best for one purpose on one CPU class (`bench --preset NAME`)."""
+
+    name: str
+    cpu_class: str
+    target_precision: str
+    draft_precision: str | None
+    num_assistant_tokens: int
+    reference_precision: str | None  # the plain arm its speedup is also measured against
+    why: str
+    draft_vocab: int | None = None   # the draft scores only its N most frequent tokens (harness/core/drafthead.py)
+
+    @property
+    def precisions(self) -> str:
+        return self.target_precision + (f"+{self.draft_precision}" if self.draft_precision else "")
+
+
+@dataclass(frozen=True)
 class PairSpec:
     name: str
     target: str
@@ -77,10 +96,28 @@ class PairSpec:
     tags: tuple[str, ...] = ()
     cpu_class: str | None = None   # the CPU class whose choice was applied (None: the pair's own settings)
     choice: str = ""               # one line: where target/draft precision and K come from, and why
+    presets: dict[str, dict[str, Preset]] = field(default_factory=dict, compare=False, hash=False)
+    path: Path | None = field(default=None, compare=False, hash=False)  # the registry file (for errors)
 
     @property
     def precisions(self) -> str:
         return self.target_precision + (f"+{self.draft_precision}" if self.draft_precision else "")
+
+    def preset(self, name: str, cpu_class: str) -> Preset:
+        """The preset `name` as measured on `cpu_class`; a one-line error names what exists."""
+        if not self.presets:
+            raise RegistryError(f"--preset {name}: pair {self.name!r} has no presets ({self.path}: "
+                                f"pairs.{self.name}.presets); `python -m harness pairs` lists the pairs that have")
+        if name not in self.presets:
+            raise UnknownNameError("preset", name, self.presets,
+                                   where=f"--preset; pair {self.name}'s presets in {self.path}")
+        by_class = self.presets[name]
+        if cpu_class not in by_class:
+            raise RegistryError(f"--preset {name}: pair {self.name!r} has no {name} preset measured on CPU class "
+                                f"{cpu_class} (measured on: {', '.join(by_class)}); give --target-precision, "
+                                f"--draft-precision and -k instead (python -m harness doctor predicts them), or "
+                                f"measure one and add pairs.{self.name}.presets.{name}.{cpu_class} to {self.path}")
+        return by_class[cpu_class]
 
 
 @dataclass(frozen=True)
@@ -176,7 +213,7 @@ def load_matrix(path: str | Path | None = None, cpu_class: str | None = None) ->
     elif cpu_class not in capability.CLASSES:
         raise UnknownNameError("CPU class", cpu_class, capability.CLASSES, where=str(path))
     _check_cpu_classes(raw["pairs"], path)
-    pairs = {name: _pair_spec(name, p, defaults, cpu_class) for name, p in raw["pairs"].items()}
+    pairs = {name: _pair_spec(name, p, defaults, cpu_class, path) for name, p in raw["pairs"].items()}
     platforms = {name: PlatformSpec(name=name, device=p["device"]) for name, p in raw["platforms"].items()}
     prompt_sets = {name: _prompt_set_spec(name, s, path.parent) for name, s in raw["prompt_sets"].items()}
     matrix = Matrix(path=path, defaults=defaults, models=models, pairs=pairs, platforms=platforms,
@@ -200,14 +237,28 @@ def _model_spec(name: str, m: dict[str, Any], base: Path) -> ModelSpec:
 
 def _check_cpu_classes(pairs: dict[str, Any], path: Path) -> None:
     for name, p in pairs.items():
-        for cls in p.get("per_cpu_class", {}):
-            if cls not in capability.CLASSES:
-                raise UnknownNameError("CPU class", cls, capability.CLASSES,
-                                       where=f"{path}: pairs.{name}.per_cpu_class; rename the table to one of the "
-                                             "classes `python -m harness doctor` names")
+        tables = [("per_cpu_class", p.get("per_cpu_class", {}))]
+        tables += [(f"presets.{preset}", by_class) for preset, by_class in p.get("presets", {}).items()]
+        for key, table in tables:
+            for cls in table:
+                if cls not in capability.CLASSES:
+                    raise UnknownNameError("CPU class", cls, capability.CLASSES,
+                                           where=f"{path}: pairs.{name}.{key}; rename the table to one of the "
+                                                 "classes `python -m harness doctor` names")
+        if p.get("mode") == "prompt-lookup":
+            for preset, by_class in p.get("presets", {}).items():
+                if any("draft_precision" in v for v in by_class.values()):
+                    raise RegistryError(f"{path}: pairs.{name}.presets.{preset}: a prompt-lookup pair has no draft; "
+                                        "remove draft_precision")
+        else:
+            for preset, by_class in p.get("presets", {}).items():
+                for cls, v in by_class.items():
+                    if "draft_precision" not in v:
+                        raise RegistryError(f"{path}: pairs.{name}.presets.{preset}.{cls}: give draft_precision "
+                                            "(the pair has a draft model)")
 
 
-def _pair_spec(name: str, p: dict[str, Any], defaults: Defaults, cpu_class: str) -> PairSpec:
+def _pair_spec(name: str, p: dict[str, Any], defaults: Defaults, cpu_class: str, path: Path) -> PairSpec:
     per_class = p.get("per_cpu_class", {})
     chosen = per_class.get(cpu_class)
     if chosen:
@@ -233,6 +284,14 @@ def _pair_spec(name: str, p: dict[str, Any], defaults: Defaults, cpu_class: str)
         tags=tuple(p.get("tags", ())),
         cpu_class=cpu_class if p.get("per_cpu_class") else None,
         choice=choice,
+        presets={preset: {cls: Preset(name=preset, cpu_class=cls, target_precision=v["target_precision"],
+                                      draft_precision=v.get("draft_precision"),
+                                      num_assistant_tokens=v["num_assistant_tokens"],
+                                      reference_precision=v.get("reference_precision"), why=v["why"],
+                                      draft_vocab=v.get("draft_vocab"))
+                          for cls, v in by_class.items()}
+                 for preset, by_class in p.get("presets", {}).items()},
+        path=path,
     )
 
 
@@ -273,12 +332,13 @@ def _cross_check(matrix: Matrix) -> None:
                 raise UnknownNameError("platform", platform, matrix.platforms, where=f"{key}.platforms")
         pair = matrix.pairs[entry["pair"]]
         for spec in entry["precisions"]:
-            if spec == CHOSEN:
+            if spec == CHOSEN or spec in pair.presets:
                 continue
             sides = spec.split("+")
             if len(sides) != (1 if pair.mode == "prompt-lookup" else 2):
+                presets = f", or one of the pair's presets ({', '.join(pair.presets)})" if pair.presets else ""
                 raise RegistryError(f"{key}.precisions: {spec!r}: write 'target+draft' for a draft pair and "
-                                    "'target' alone for prompt lookup")
+                                    f"'target' alone for prompt lookup{presets}")
             for side in sides:
                 if side not in known:
                     raise UnknownNameError("precision", side, known, where=f"{key}.precisions")

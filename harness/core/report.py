@@ -21,7 +21,7 @@ from harness.core.platform import detect
 from harness.core.record import COLUMNS, Summary
 from harness.core.registry import PACKAGE_DIR
 
-RESULTS_SCHEMA_VERSION = 1
+RESULTS_SCHEMA_VERSION = 2  # 2: speedup_vs_reference per row and summary (--reference-precision)
 RESULTS_SCHEMA = PACKAGE_DIR / "schemas" / "bench-results.schema.json"
 
 def _table(headers: list[str], body: list[list[str]], markdown: bool) -> str:
@@ -39,6 +39,8 @@ def describe(result: BenchResult, config_label: str) -> str:
     t = f"target {cfg.pair.target} ({cfg.target_precision})"
     if config_label == "plain":
         return f"Plain decoding: {t}"
+    if cfg.reference and config_label == cfg.reference.label:
+        return f"Plain decoding, reference precision: target {cfg.pair.target} ({cfg.reference.reference})"
     if cfg.assisted_mode == "prompt-lookup":
         return f"Prompt-lookup decoding ({config_label}): {t}"
     return f"Assisted decoding ({config_label}): {t}, draft {cfg.pair.draft} ({cfg.draft_precision})"
@@ -46,11 +48,12 @@ def describe(result: BenchResult, config_label: str) -> str:
 
 def render_tables(result: BenchResult, *, markdown: bool = False) -> str:
     parts = []
+    columns = [c for c in COLUMNS if c.key != "speedup_vs_reference" or result.config.reference]
     for s in result.summary:
         rows = [r for r in result.rows if r.configuration == s.configuration]
-        body = [[c.cell(r) for c in COLUMNS] for r in rows]
+        body = [[c.cell(r) for c in columns] for r in rows]
         title = describe(result, s.configuration)
-        parts.append((f"### {title}\n\n" if markdown else f"{title}\n") + _table([c.header for c in COLUMNS], body, markdown))
+        parts.append((f"### {title}\n\n" if markdown else f"{title}\n") + _table([c.header for c in columns], body, markdown))
     return "\n\n".join(parts)
 
 
@@ -58,7 +61,10 @@ def summary_line(s: Summary) -> str:
     f = lambda v, spec, suffix="": "-" if v is None else f"{v:{spec}}{suffix}"  # noqa: E731
     line = f"{s.configuration:>16}: median {f(s.median_tokens_per_sec, '.2f')} tokens/s"
     if s.mode != "plain":
-        line += (f", speedup {f(s.median_speedup, '.2f', 'x')}, acceptance {f(s.acceptance_rate, '.0%')}, "
+        line += f", speedup {f(s.median_speedup, '.2f', 'x')}"
+        if s.median_speedup_vs_reference is not None:
+            line += f" ({f(s.median_speedup_vs_reference, '.2f', 'x')} over the reference plain arm)"
+        line += (f", acceptance {f(s.acceptance_rate, '.0%')}, "
                  f"mean accepted length {f(s.mean_accepted_length, '.2f')}")
         if s.prompts_same_tokens_as_plain is not None:
             line += f", same tokens as plain on {s.prompts_same_tokens_as_plain}/{s.prompts} prompts"
@@ -82,8 +88,19 @@ def machine_line(cfg: BenchConfig) -> str:
 
     chosen = cfg.pair.precisions
     used = cfg.target_precision + (f"+{cfg.draft_precision}" if cfg.draft_precision else "")
-    source = cfg.pair.choice if used == chosen else f"given on the command line (the registry's choice: {chosen})"
-    return f"CPU class {capability.detect().why}\nprecisions {used}: {source}"
+    p = cfg.preset
+    if p and used == p.precisions:
+        source = f"preset {p.name} for CPU class {p.cpu_class} ({cfg.pair.name}.presets.{p.name}.{p.cpu_class}): {p.why}"
+    elif used == chosen:
+        source = cfg.pair.choice
+    else:
+        source = f"given on the command line (the registry's choice: {chosen})"
+    line = f"CPU class {capability.detect().why}\nprecisions {used}: {source}"
+    if cfg.reference:
+        line += f"\nreference  plain decoding at {cfg.reference.reference} runs beside plain {cfg.target_precision}"
+    if cfg.draft_vocab:
+        line += f"\ndraft head scores the {cfg.draft_vocab} most frequent tokens (harness/core/drafthead.py)"
+    return line
 
 
 def to_json(result: BenchResult, command: list[str] | None = None) -> dict[str, Any]:
@@ -92,6 +109,9 @@ def to_json(result: BenchResult, command: list[str] | None = None) -> dict[str, 
     cfg = result.config
     settings = dataclasses.asdict(cfg.settings)
     settings.update({"ks": list(cfg.ks), "repeats": cfg.repeats, "assisted_mode": cfg.assisted_mode,
+                     "target_precision": cfg.target_precision, "draft_precision": cfg.draft_precision,
+                     "reference_precision": cfg.reference.reference if cfg.reference else cfg.target_precision,
+                     "draft_vocab": cfg.draft_vocab,
                      "run_plain": cfg.run_plain, "run_assisted": cfg.run_assisted, "limit": cfg.limit})
     settings["stop_sequences"] = list(settings["stop_sequences"])
     return {
@@ -104,6 +124,9 @@ def to_json(result: BenchResult, command: list[str] | None = None) -> dict[str, 
         "task": cfg.task,
         "target": result.target,
         "draft": result.draft,
+        "reference": result.reference,
+        "preset": (None if cfg.preset is None else
+                   {"name": cfg.preset.name, "cpu_class": cfg.preset.cpu_class, "why": cfg.preset.why}),
         "settings": settings,
         "rows": [dataclasses.asdict(r) for r in result.rows],
         "summary": [dataclasses.asdict(s) for s in result.summary],
@@ -129,7 +152,18 @@ def read_json(path: Path) -> dict[str, Any]:
     if isinstance(doc, dict) and isinstance(doc.get("schema_version"), int) and doc["schema_version"] > RESULTS_SCHEMA_VERSION:
         raise ResultsError(f"{path}: schema_version {doc['schema_version']} is newer than this harness "
                            f"reads ({RESULTS_SCHEMA_VERSION}); upgrade the harness")
+    if isinstance(doc, dict) and doc.get("schema_version") == 1:
+        doc = _migrate_v1(doc)
     validate_results(doc, str(path))
+    return doc
+
+
+def _migrate_v1(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had no reference plain arm: its rows and summaries get null vs-reference speedups."""
+    doc = {**doc, "schema_version": 2}
+    doc["rows"] = [{**r, "speedup_vs_reference": None} if isinstance(r, dict) else r for r in doc.get("rows", [])]
+    doc["summary"] = [{**s, "median_speedup_vs_reference": None} if isinstance(s, dict) else s
+                      for s in doc.get("summary", [])]
     return doc
 
 

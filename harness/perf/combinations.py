@@ -6,12 +6,15 @@ and the gate's settings (rounds, cap, tolerance floor, sampling) from the same t
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from harness.core.errors import RegistryError
 from harness.core.registry import CHOSEN, Matrix
 from harness.perf import paired
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,29 +44,40 @@ class Combination:
 
 
 def combinations(matrix: Matrix) -> list[Combination]:
-    """Every combination of the [perf] table; 'chosen' takes the pair's precisions for this CPU class
-    and is dropped where it repeats a combination listed by name."""
+    """Every combination of the [perf] table. 'chosen' takes the pair's precisions for this CPU class,
+    a preset name (e.g. 'fastest') the pair's preset for this class (its precisions and K; not run
+    on a class the preset was not measured on); either is dropped where it repeats another listing."""
     out: dict[str, Combination] = {}
     chosen: set[str] = set()
     for entry in matrix.perf["combinations"]:
         pair = matrix.pair(entry["pair"])
         for spec in entry["precisions"]:
-            target_p, _, draft_p = (pair.precisions if spec == CHOSEN else spec).partition("+")
+            by_class = spec == CHOSEN or spec in pair.presets
+            if spec in pair.presets:
+                if matrix.cpu_class not in pair.presets[spec]:
+                    log.info("perf: pair %s has no %s preset for CPU class %s; that combination is not run",
+                             pair.name, spec, matrix.cpu_class)
+                    continue
+                preset = pair.preset(spec, matrix.cpu_class)
+                precisions, k = preset.precisions, preset.num_assistant_tokens
+            else:
+                precisions, k = (pair.precisions if spec == CHOSEN else spec), pair.num_assistant_tokens
+            target_p, _, draft_p = precisions.partition("+")
             for platform in entry["platforms"]:
                 for decoding in entry["decoding"]:
                     combo = Combination(pair=pair.name, target_precision=target_p, draft_precision=draft_p or None,
                                         platform=platform, device=matrix.platform(platform).device,
-                                        decoding=decoding, k=pair.num_assistant_tokens, mode=pair.mode,
+                                        decoding=decoding, k=k, mode=pair.mode,
                                         slow=entry.get("slow", False))
                     if combo.id in out:
-                        if spec != CHOSEN and combo.id not in chosen:
+                        if not by_class and combo.id not in chosen:
                             raise RegistryError(f"{matrix.path}: perf.combinations: {combo.id} is listed twice; "
                                                 "remove one of them")
                         if not combo.slow:  # the fast listing wins: it runs in `make test`
                             out[combo.id] = combo
                         continue
                     out[combo.id] = combo
-                    if spec == CHOSEN:
+                    if by_class:
                         chosen.add(combo.id)
     return list(out.values())
 

@@ -24,6 +24,8 @@ COMBINATIONS = [
     ("smollm2-135m+lookup", "bf16", None, 64, []),
     # the precisions harness/matrix.toml chooses for this machine's CPU class (python -m harness doctor)
     ("qwen-coder-1.5b+0.5b", CHOSEN, CHOSEN, 48, [pytest.mark.slow]),
+    # the pair's fastest preset for this CPU class (bench --preset fastest): precisions and K
+    ("qwen-coder-1.5b+0.5b", "fastest", "fastest", 48, []),
     ("qwen-coder-1.5b+0.5b", "bf16", "w8af32-tensor", 48, [pytest.mark.slow]),  # the pair's default draft
     ("qwen-coder-1.5b+0.5b", "bf16", "w8af32", 48, [pytest.mark.slow]),
     ("qwen-coder-1.5b+0.5b", "bf16", "bf16", 48, [pytest.mark.slow]),
@@ -49,14 +51,23 @@ def test_assisted_equals_plain(combo):
             pytest.skip("fp32 1.5B target + fp32 draft needs about 10 GB; less than 16 GB available here")
     m = matrix()
     pair = m.pair(pair_name)
+    k = None
     if tp == CHOSEN:
         tp, dp = pair.target_precision, pair.draft_precision
         print(f"\n{pair_name} on CPU class {m.cpu_class}: {tp}+{dp} ({pair.choice})")
+    elif tp in pair.presets:
+        if m.cpu_class not in pair.presets[tp]:
+            pytest.skip(f"{pair_name} has no {tp} preset for CPU class {m.cpu_class} "
+                        f"(measured on: {', '.join(pair.presets[tp])})")
+        preset = pair.preset(tp, m.cpu_class)
+        tp, dp, k = preset.target_precision, preset.draft_precision, preset.num_assistant_tokens
+        print(f"\n{pair_name} preset {preset.name} on CPU class {m.cpu_class}: {tp}+{dp}, K={k} ({preset.why})")
     target = load(pair.target, tp)
     draft = load(pair.draft, dp) if dp else None
     prompt_set = m.prompt_set(pair.prompt_set)
     mode = ASSISTED if draft else PROMPT_LOOKUP
-    settings = decode.for_pair(pair, max_new_tokens=max_new, prompt_lookup_ngram=m.defaults.prompt_lookup_ngram)
+    settings = decode.for_pair(pair, max_new_tokens=max_new, prompt_lookup_ngram=m.defaults.prompt_lookup_ngram,
+                               num_assistant_tokens=k)
     results, texts = [], {}
     for p in prompts.load_prompts(prompt_set, target.tokenizer):
         ids = prompts.encode(p, target.tokenizer, chat_template=prompt_set.chat_template)

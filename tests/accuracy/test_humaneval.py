@@ -67,3 +67,31 @@ def test_humaneval_subset(tmp_path):
 @pytest.mark.slow
 def test_humaneval_full(tmp_path):
     run(tmp_path, "full")
+
+
+def test_humaneval_subset_fastest_preset(tmp_path):
+    """The pair's fastest preset for this CPU class (bench --preset fastest), assisted, on the CI
+    subset: its pass@1 beside plain bf16's (the subset baseline), within the same tolerance."""
+    m = matrix()
+    pair = m.pair(PAIR)
+    if m.cpu_class not in pair.presets.get("fastest", {}):
+        pytest.skip(f"{PAIR} has no fastest preset for CPU class {m.cpu_class}")
+    preset = pair.preset("fastest", m.cpu_class)
+    base = accuracy_baselines.entry(accuracy_baselines.key(PAIR, TP, DP, "subset"))
+    assert base is not None, "the subset baseline is missing from baselines/accuracy.json"
+    config = humaneval.build_generate_config(m, PAIR, assisted=True, target_precision=preset.target_precision,
+                                             draft_precision=preset.draft_precision,
+                                             num_assistant_tokens=preset.num_assistant_tokens,
+                                             max_new_tokens=base["max_new_tokens"])
+    with skip_if_model_missing():
+        gen = humaneval.generate(m, config, tmp_path / "preset.jsonl", task_ids=base["task_ids"], progress=False)
+    ev = humaneval.evaluate(gen.out, allow=True, workers=2)
+    summary = (f"{PAIR} preset fastest ({preset.precisions}, K={preset.num_assistant_tokens}, class "
+               f"{m.cpu_class}): pass@1 {ev.pass_at[1]:.3f} at {gen.tokens_per_sec or 0:.2f} tokens/s; plain bf16 "
+               f"baseline {base['plain_pass_at_1']:.3f} +- {base['tolerance']}")
+    print("\n" + "\n".join(f"{r['task_id']}: {r['result'][:60]!r}" for r in ev.rows) + "\n" + summary)
+    save("humaneval-subset-fastest", {"preset": preset.precisions, "k": preset.num_assistant_tokens,
+                                      "cpu_class": m.cpu_class, "pass_at_1": ev.pass_at[1],
+                                      "plain_bf16_baseline": base["plain_pass_at_1"],
+                                      "tokens_per_sec": gen.tokens_per_sec})
+    assert abs(ev.pass_at[1] - base["plain_pass_at_1"]) <= base["tolerance"] + 1e-9, summary

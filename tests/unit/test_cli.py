@@ -38,7 +38,7 @@ def test_bench_compare_on_tiny_local_models(tiny_matrix, tmp_path):
     assert "Summary (medians over prompts):" in r.stdout
     assert "assisted k=4: median" in r.stdout and "same tokens as plain on 3/3 prompts" in r.stdout
     doc = read_json(out)  # validated against the schema on read too
-    assert doc["schema_version"] == 1 and doc["pair"] == "tiny+draft"
+    assert doc["schema_version"] == 2 and doc["pair"] == "tiny+draft"
     assert [s["configuration"] for s in doc["summary"]] == ["plain", "assisted k=2", "assisted k=4"]
     assisted = [row for row in doc["rows"] if row["mode"] == "assisted"]
     assert all(row["same_tokens_as_plain"] for row in assisted)  # fp32: exact

@@ -18,7 +18,7 @@ SCHEMA = json.loads((PACKAGE_DIR / "schemas" / "bench-results.schema.json").read
 # the reference's columns, in its order, then the suite's own
 REFERENCE_COLUMNS = ["Example#", "Prompt Length (tokens)", "New Tokens Generated", "Total Time (s)",
                      "Prefill Phase (ms)", "Time/Token (ms)", "Tokens/Sec", "Accepted/Drafted",
-                     "Mean Accepted Length", "Target Forwards", "Speedup"]
+                     "Mean Accepted Length", "Target Forwards", "Speedup", "vs Reference"]
 
 
 def resolve(node: dict) -> dict:
