@@ -77,10 +77,13 @@ class GenerateConfig:
     schedule: str
     confidence_threshold: float
     stop_sequences: tuple[str, ...]
+    draft_vocab: int | None = None  # the draft scores only its N most frequent tokens (harness/core/drafthead.py)
 
     def key(self) -> dict[str, Any]:
         d = asdict(self)
         d["stop_sequences"] = list(self.stop_sequences)
+        if d["draft_vocab"] is None:  # files written before the option compare equal
+            del d["draft_vocab"]
         return d
 
 
@@ -99,7 +102,7 @@ class GenerateSummary:
 
 def build_generate_config(matrix: Matrix, pair_name: str, *, assisted: bool, target_precision: str | None = None,
                           draft_precision: str | None = None, max_new_tokens: int = 512,
-                          num_assistant_tokens: int | None = None) -> GenerateConfig:
+                          num_assistant_tokens: int | None = None, draft_vocab: int | None = None) -> GenerateConfig:
     pair = matrix.pair(pair_name)
     if assisted and pair.draft is None:
         raise HarnessError(f"pair {pair.name!r} has no draft model; --assisted-generation needs a draft pair "
@@ -111,6 +114,7 @@ def build_generate_config(matrix: Matrix, pair_name: str, *, assisted: bool, tar
         draft_precision=(draft_precision or pair.draft_precision) if assisted else None,
         max_new_tokens=max_new_tokens, num_assistant_tokens=num_assistant_tokens or pair.num_assistant_tokens,
         schedule=pair.schedule, confidence_threshold=pair.confidence_threshold, stop_sequences=tuple(stops),
+        draft_vocab=draft_vocab if assisted else None,
     )
 
 
@@ -189,7 +193,8 @@ def _generate_tasks(matrix: Matrix, config: GenerateConfig, out: Path, todo: Seq
 
     pair = matrix.pair(config.pair)
     target = models.load(matrix.model(pair.target), config.target_precision, device)
-    draft = models.load(matrix.model(pair.draft), config.draft_precision, device) if config.mode == ASSISTED else None
+    draft = (models.load(matrix.model(pair.draft), config.draft_precision, device, draft_vocab=config.draft_vocab)
+             if config.mode == ASSISTED else None)
     settings = decode.for_pair(pair, max_new_tokens=config.max_new_tokens,
                                num_assistant_tokens=config.num_assistant_tokens, schedule=config.schedule,
                                confidence_threshold=config.confidence_threshold, stop_sequences=config.stop_sequences)

@@ -6,6 +6,7 @@ and the gate's settings (rounds, cap, tolerance floor, sampling) from the same t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ class Combination:
     k: int
     mode: str  # assisted | prompt-lookup
     slow: bool = False
+    draft_vocab: int | None = None  # the draft scores only its N most frequent tokens (a preset's draft_vocab)
 
     @property
     def precisions(self) -> str:
@@ -35,12 +37,21 @@ class Combination:
 
     @property
     def id(self) -> str:
-        return f"{self.pair}:{self.precisions}:{self.platform}:{self.decoding}:k{self.k}"
+        vocab = f":v{self.draft_vocab}" if self.draft_vocab else ""
+        return f"{self.pair}:{self.precisions}:{self.platform}:{self.decoding}:k{self.k}{vocab}"
 
     @property
-    def model_key(self) -> tuple[str, str, str | None, str]:
+    def model_key(self) -> tuple[str, str, str | None, str, int]:
         """Combinations with the same key share loaded models."""
-        return (self.pair, self.target_precision, self.draft_precision, self.device)
+        return (self.pair, self.target_precision, self.draft_precision, self.device, self.draft_vocab or 0)
+
+    def as_request(self) -> dict[str, Any]:
+        """The fields a worker rebuilds it from; draft_vocab only when set, so that a worker of a
+        commit from before it still reads every other combination."""
+        fields = dataclasses.asdict(self)
+        if fields["draft_vocab"] is None:
+            del fields["draft_vocab"]
+        return fields
 
 
 def combinations(matrix: Matrix) -> list[Combination]:
@@ -59,16 +70,16 @@ def combinations(matrix: Matrix) -> list[Combination]:
                              pair.name, spec, matrix.cpu_class)
                     continue
                 preset = pair.preset(spec, matrix.cpu_class)
-                precisions, k = preset.precisions, preset.num_assistant_tokens
+                precisions, k, vocab = preset.precisions, preset.num_assistant_tokens, preset.draft_vocab
             else:
-                precisions, k = (pair.precisions if spec == CHOSEN else spec), pair.num_assistant_tokens
+                precisions, k, vocab = (pair.precisions if spec == CHOSEN else spec), pair.num_assistant_tokens, None
             target_p, _, draft_p = precisions.partition("+")
             for platform in entry["platforms"]:
                 for decoding in entry["decoding"]:
                     combo = Combination(pair=pair.name, target_precision=target_p, draft_precision=draft_p or None,
                                         platform=platform, device=matrix.platform(platform).device,
                                         decoding=decoding, k=k, mode=pair.mode,
-                                        slow=entry.get("slow", False))
+                                        slow=entry.get("slow", False), draft_vocab=vocab)
                     if combo.id in out:
                         if not by_class and combo.id not in chosen:
                             raise RegistryError(f"{matrix.path}: perf.combinations: {combo.id} is listed twice; "

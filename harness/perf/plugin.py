@@ -312,7 +312,7 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
     matrix = opt("perf_matrix")
 
     def load_request(arm: str) -> dict[str, Any]:  # the candidate alone carries a planted slowdown
-        return {"op": "load", "matrix": str(matrix) if matrix else None, "combination": dataclasses.asdict(combo),
+        return {"op": "load", "matrix": str(matrix) if matrix else None, "combination": combo.as_request(),
                 "settings": dataclasses.asdict(session.settings), "plant": plant if arm == "candidate" else None}
 
     settings = ABSettings(tolerance=opt("perf_tolerance") or ABSettings().tolerance,

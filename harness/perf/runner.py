@@ -64,7 +64,8 @@ def load_pair(matrix: Matrix, combo: Combination, *, slowdown: float = 0.0, plan
     draft = None
     if combo.mode == ASSISTED:
         assert pair.draft and combo.draft_precision
-        draft = models.load(matrix.model(pair.draft), combo.draft_precision, combo.device)
+        draft = models.load(matrix.model(pair.draft), combo.draft_precision, combo.device,
+                            draft_vocab=combo.draft_vocab)
     if slowdown:
         victim = draft if plant_into == "draft" else target
         if victim is None:

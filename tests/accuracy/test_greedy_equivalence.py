@@ -51,7 +51,7 @@ def test_assisted_equals_plain(combo):
             pytest.skip("fp32 1.5B target + fp32 draft needs about 10 GB; less than 16 GB available here")
     m = matrix()
     pair = m.pair(pair_name)
-    k = None
+    k = vocab = None
     if tp == CHOSEN:
         tp, dp = pair.target_precision, pair.draft_precision
         print(f"\n{pair_name} on CPU class {m.cpu_class}: {tp}+{dp} ({pair.choice})")
@@ -60,10 +60,11 @@ def test_assisted_equals_plain(combo):
             pytest.skip(f"{pair_name} has no {tp} preset for CPU class {m.cpu_class} "
                         f"(measured on: {', '.join(pair.presets[tp])})")
         preset = pair.preset(tp, m.cpu_class)
-        tp, dp, k = preset.target_precision, preset.draft_precision, preset.num_assistant_tokens
+        tp, dp, k, vocab = (preset.target_precision, preset.draft_precision, preset.num_assistant_tokens,
+                            preset.draft_vocab)
         print(f"\n{pair_name} preset {preset.name} on CPU class {m.cpu_class}: {tp}+{dp}, K={k} ({preset.why})")
     target = load(pair.target, tp)
-    draft = load(pair.draft, dp) if dp else None
+    draft = load(pair.draft, dp, draft_vocab=vocab) if dp else None
     prompt_set = m.prompt_set(pair.prompt_set)
     mode = ASSISTED if draft else PROMPT_LOOKUP
     settings = decode.for_pair(pair, max_new_tokens=max_new, prompt_lookup_ngram=m.defaults.prompt_lookup_ngram,

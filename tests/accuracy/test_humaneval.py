@@ -82,7 +82,7 @@ def test_humaneval_subset_fastest_preset(tmp_path):
     config = humaneval.build_generate_config(m, PAIR, assisted=True, target_precision=preset.target_precision,
                                              draft_precision=preset.draft_precision,
                                              num_assistant_tokens=preset.num_assistant_tokens,
-                                             max_new_tokens=base["max_new_tokens"])
+                                             draft_vocab=preset.draft_vocab, max_new_tokens=base["max_new_tokens"])
     with skip_if_model_missing():
         gen = humaneval.generate(m, config, tmp_path / "preset.jsonl", task_ids=base["task_ids"], progress=False)
     ev = humaneval.evaluate(gen.out, allow=True, workers=2)
