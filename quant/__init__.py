@@ -46,7 +46,7 @@ _METHODS: dict[str, Method] = {
     "w4abf16": Method("quant.awq", "bfloat16", calibrated=True),
     "w4abf16-rtn": Method("quant.rtn", "bfloat16"),
 }
-SAVE_FORMAT = 2  # 2: Int8DynamicLinear keeps weight_q [N, K]
+SAVE_FORMAT = 3  # 2: Int8DynamicLinear keeps weight_q [N, K]; 3: the float vectors too (AWQ's folded norms)
 
 
 @dataclass
@@ -97,7 +97,9 @@ def quantize(model: Any, name: str, *, progress: bool = True, **settings: Any) -
 
 
 def save(model: Any, record: QuantRecord, path: Path) -> None:
-    """Write the converted layers and the record to one file, atomically (temporary, fsync, rename)."""
+    """Write the converted layers, the float vectors outside them (norm weights, biases: a method
+    may fold scales into them, as AWQ does; a few hundred KB) and the record to one file,
+    atomically (temporary, fsync, rename)."""
     import torch
 
     from quant.layers import LAYER_CLASSES, layer_meta
@@ -107,11 +109,13 @@ def save(model: Any, record: QuantRecord, path: Path) -> None:
                                  "quantizing again takes seconds")
     layers = {name: {"meta": layer_meta(m), "state": m.state_dict()}
               for name, m in model.named_modules() if type(m).__name__ in LAYER_CLASSES}
+    vectors = {name: p.detach().clone() for name, p in model.named_parameters()
+               if p.ndim == 1 and p.is_floating_point() and name.rpartition(".")[0] not in layers}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as fh:
-            torch.save({"format": SAVE_FORMAT, "record": record.as_dict(), "layers": layers}, fh)
+            torch.save({"format": SAVE_FORMAT, "record": record.as_dict(), "layers": layers, "vectors": vectors}, fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -121,7 +125,7 @@ def save(model: Any, record: QuantRecord, path: Path) -> None:
 
 def load(model: Any, path: Path) -> tuple[Any, QuantRecord]:
     """Swap the saved quantized layers into `model` (the same architecture, loaded in the method's
-    base dtype); the float weights of those layers are dropped."""
+    base dtype) and set the saved float vectors; the float weights of those layers are dropped."""
     import torch
 
     from quant.layers import restore_layer
@@ -141,5 +145,12 @@ def load(model: Any, path: Path) -> tuple[Any, QuantRecord]:
             raise QuantSettingsError(f"{path}: layer {name!r} is not in this model; the checkpoint belongs to "
                                      "another architecture")
         replace(model, name, restore_layer(entry["meta"], entry["state"]))
+    params = dict(model.named_parameters())
+    for name, value in saved["vectors"].items():
+        if name not in params or params[name].shape != value.shape:
+            raise QuantSettingsError(f"{path}: parameter {name!r} is not in this model or has another shape; "
+                                     "the checkpoint belongs to another architecture")
+        with torch.no_grad():
+            params[name].copy_(value)
     record = QuantRecord(**{**saved["record"], "cached": True})
     return model, record

@@ -16,6 +16,7 @@ from harness.core.models import FLOAT_DTYPES
 from quant import awq, layers
 from quant.calibration import TokenWindows, corpus_text
 from quant.layers import QuantSettingsError
+from quant.walk import linear_layers
 from tiny_models import VOCAB, prompt, tiny_model
 
 K, N = 256, 384
@@ -133,6 +134,7 @@ def test_a_truncated_checkpoint_is_a_clear_error(tmp_path):
     ("w8a8", {}, "w8a8 \\(SmoothQuant\\) needs calibration text"),
     ("w8abf16", {"group_size": 128}, "w8abf16 has no setting 'group_size'; its settings: skip"),
     ("w4abf16", {"grid": 0, "calibration": "x"}, "grid=0: give 1-100 alpha steps"),
+    ("w4abf16", {"o_proj": "fold", "calibration": "x"}, "o_proj='fold': choose divide or rtn"),
     ("w4abf16-rtn", {"lm_head": "int4"}, "lm_head='int4': choose int8 or bf16"),
     ("w4af16", {}, "unknown quantization method 'w4af16'. Did you mean 'w4abf16'\\?"),
 ])
@@ -190,3 +192,105 @@ def test_the_cache_quantizes_once_per_model_method_and_settings(tmp_path):
         f.write_bytes(b"garbage")
     _, rec3 = cached_quantize(fresh(), "w4abf16-rtn", model_dir, cache, progress=False)
     assert not rec3.cached
+
+
+# ---------------------------------------------------------------------------------------------
+# AWQ scales folded into the preceding norm / linear (issue 15)
+# ---------------------------------------------------------------------------------------------
+def outlier_qwen2(dtype=torch.float32):
+    """A tiny Qwen2 (grouped-query attention, hidden 128) whose norms and up_proj give a few
+    channels much larger inputs than the rest, so the AWQ search picks a non-trivial scale."""
+    model = tiny_model("qwen2", seed=0, hidden=128)
+    with torch.no_grad():
+        for block in model.model.layers:
+            block.input_layernorm.weight[:4] *= 20
+            block.post_attention_layernorm.weight[-4:] *= 20
+            block.mlp.up_proj.weight[:8] *= 20
+    return model.to(dtype)
+
+
+def logits(model) -> torch.Tensor:
+    with torch.no_grad():
+        return model(prompt(length=24)).logits.float()
+
+
+@pytest.mark.parametrize("skip", [("lm_head",), ("lm_head", "*.k_proj")], ids=["all", "k_proj-skipped"])
+def test_awq_fold_leaves_the_float_model_computing_the_same(skip):
+    model = outlier_qwen2()
+    ref = logits(model)
+    before = copy.deepcopy(model.state_dict())
+    names = [n for n, _ in linear_layers(model, skip)]
+    groups, why_not = awq.fold_groups(model, names)
+    assert why_not is None
+    scales, details = awq.search_and_fold(model, groups, windows(), group_size=128, grid=20, rows=64,
+                                          progress=False)
+    got = logits(model)
+    assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4), (got - ref).abs().max()
+    # and the fold really moved scale: every norm it folded into and up_proj's rows changed
+    changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    folded_into = {f"{g.prev}.weight" for g in groups if g.kind in ("norm", "rows")}
+    assert folded_into and folded_into <= changed
+    if skip == ("lm_head",):
+        assert len(folded_into) == 3 * 2 and details["folded"] == 6 * 2 and details["divided"] == 2
+        assert all((s is None) == (not n.endswith(".o_proj")) for n, s in scales.items())
+    else:  # q and v keep their own scale (k stays float): the input norm is not touched
+        assert details["divided"] == 3 * 2 and not any(".input_layernorm." in k for k in changed)
+        assert all(k.endswith("_proj.weight") or ".post_attention_layernorm." in k for k in changed)
+
+
+@pytest.mark.parametrize("o_proj", ["divide", "rtn"])
+def test_awq_folded_layers_divide_nothing_at_run_time_only_o_proj_may(o_proj):
+    model, record = quant.quantize(outlier_qwen2(torch.bfloat16), "w4abf16", calibration=windows(), o_proj=o_proj,
+                                   progress=False)
+    int4 = {n: m for n, m in model.named_modules() if type(m) is layers.Int4WeightOnlyLinear}
+    assert len(int4) == 2 * 7
+    assert all(m.input_scale is None for n, m in int4.items() if not n.endswith(".o_proj"))
+    assert all((m.input_scale is not None) == (o_proj == "divide") for n, m in int4.items() if n.endswith(".o_proj"))
+    assert record.settings["fold"] is True and record.settings["o_proj"] == o_proj
+    assert (record.settings["folded"], record.settings["divided"] + record.settings["rtn"]) == (2 * 6, 2)
+    assert record.settings["mean_alpha"] > 0
+
+
+def test_awq_folded_checkpoint_round_trips_the_norms(tmp_path):
+    model, record = quant.quantize(outlier_qwen2(torch.bfloat16), "w4abf16", calibration=windows(),
+                                   progress=False)
+    quant.save(model, record, tmp_path / "q.pt")
+    fresh = outlier_qwen2(torch.bfloat16)
+    norm = fresh.model.layers[0].input_layernorm.weight.clone()
+    loaded, _ = quant.load(fresh, tmp_path / "q.pt")
+    assert not torch.equal(loaded.model.layers[0].input_layernorm.weight, norm)  # the folded norm came back
+    assert torch.equal(logits(loaded), logits(model))
+
+
+def test_awq_on_an_architecture_it_cannot_fold_keeps_the_division_in_each_layer(caplog):
+    model = tiny_model("opt", seed=0)  # LayerNorms with bias, fc1/fc2: not a fold it knows
+    ref = copy.deepcopy(model)
+    with caplog.at_level("INFO", logger="quant.awq"):
+        q, record = quant.quantize(model.to(torch.bfloat16), "w4abf16", calibration=windows(), group_size=64,
+                                   progress=False)
+    assert "scales not folded (model_type 'opt' is not one of llama, qwen2)" in caplog.text
+    int4 = [m for m in q.modules() if type(m) is layers.Int4WeightOnlyLinear]
+    assert len(int4) == record.layers == record.settings["divided"] == 2 * 6 and record.settings["folded"] == 0
+    assert all(m.input_scale is not None for m in int4)
+    # the floats outside the int4 layers are untouched, and the output still follows the float model's
+    assert all(torch.equal(p, ref.get_parameter(n).to(torch.bfloat16)) for n, p in q.named_parameters())
+    assert greedy(q)[:prompt().shape[1] + 1] == greedy(ref)[:prompt().shape[1] + 1]
+
+
+def test_awq_fold_off_is_todays_in_layer_division_and_another_checkpoint(tmp_path, monkeypatch):
+    from quant.cache import key
+
+    assert quant.settings_of("w4abf16")["fold"] is True
+    model, record = quant.quantize(outlier_qwen2(torch.bfloat16), "w4abf16", calibration=windows(), fold=False,
+                                   progress=False)
+    assert record.settings["divided"] == 2 * 7 and record.settings["folded"] == 0
+    assert all(m.input_scale is not None for m in model.modules() if type(m) is layers.Int4WeightOnlyLinear)
+    model_dir = tmp_path / "model"
+    tiny_model("qwen2", seed=0, hidden=128).save_pretrained(model_dir)
+    folded = key(model_dir, "w4abf16", {})
+    assert key(model_dir, "w4abf16", {"fold": False}) != folded
+    # a checkpoint cached before the fold existed (no `fold` setting, format 2) is never the folded one's
+    settings_of = quant.settings_of
+    monkeypatch.setattr(quant, "settings_of", lambda name: {k: v for k, v in settings_of(name).items() if k != "fold"})
+    monkeypatch.setattr(quant, "SAVE_FORMAT", 2)
+    assert key(model_dir, "w4abf16", {}) != folded
