@@ -37,6 +37,55 @@ def ratio(base: list[generate.GenerationResult], runs: list[generate.GenerationR
     return statistics.median(b.time_per_token_ms / r.time_per_token_ms for b, r in zip(base, runs))
 
 
+def measure_target(matrix, pair, t, reference, drafts, plist, inputs, settings, k, draft_vocab) -> list[dict]:
+    """One target precision: plain bf16, plain at `t` and assisted with each draft, interleaved per prompt."""
+    print(f"loading target {t}", file=sys.stderr, flush=True)
+    target = reference if t == "bf16" else models.load(matrix.model(pair.target), t)
+    arms = [("bf16", reference.model, None)] + ([(t, target.model, None)] if t != "bf16" else [])
+    arms += [(f"{t}+{d}", target.model, drafts[d].model) for d in drafts]
+    runs: dict[str, list[generate.GenerationResult]] = {name: [] for name, _, _ in arms}
+
+    def run(arm, ids, s):
+        name, model, draft = arm
+        mode = generate.ASSISTED if draft is not None else generate.PLAIN
+        return generate.measure_generation(model, ids, s, mode=mode, assistant=draft)
+
+    interleave.warm_up(arms, lambda arm, s: run(arm, inputs[0], s), settings)
+    for i, ids in enumerate(inputs):
+        for arm in interleave.abba(arms, i):
+            runs[arm[0]].append(run(arm, ids, settings))
+        print(f"  {t} prompt {plist[i].id}: " + ", ".join(f"{n} {r[-1].tokens_per_sec:.1f}" for n, r in runs.items()),
+              file=sys.stderr, flush=True)
+    rows = []
+    for d in drafts:
+        a = runs[f"{t}+{d}"]
+        verdicts = [eq.triage(target.model, p.id, ids, pr.tokens, ar.tokens, eq.EPSILON[t])
+                    for p, ids, pr, ar in zip(plist, inputs, runs[t], a)]
+        c = eq.counts(verdicts)
+        rows.append({
+            "target": t, "draft": d, "k": k, "draft_vocab": draft_vocab,
+            "plain_tokens_per_sec": statistics.median(r.tokens_per_sec for r in runs[t]),
+            "assisted_tokens_per_sec": statistics.median(r.tokens_per_sec for r in a),
+            "plain_bf16_tokens_per_sec": statistics.median(r.tokens_per_sec for r in runs["bf16"]),
+            "speedup": ratio(runs[t], a), "over_plain_bf16": ratio(runs["bf16"], a),
+            "acceptance": sum(r.accepted for r in a) / max(1, sum(r.drafted for r in a)),
+            "mean_accepted_length": sum(r.new_tokens for r in a) / max(1, sum(r.target_forwards for r in a)),
+            "equivalence": c, "verdict": "FAILED" if c["failed"] else ("exact" if c["exact"] == len(a) else "near-ties"),
+        })
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    print("| target | draft | plain tok/s | assisted tok/s | speedup vs same-precision plain | vs plain bf16 "
+          "| acceptance | tokens/step | equivalence |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        c = r["equivalence"]
+        print(f"| {r['target']} | {r['draft']} | {fmt(r['plain_tokens_per_sec'])} | {fmt(r['assisted_tokens_per_sec'])} | "
+              f"{fmt(r['speedup'], '.2f', 'x')} | {fmt(r['over_plain_bf16'], '.2f', 'x')} | {r['acceptance']:.0%} | "
+              f"{r['mean_accepted_length']:.2f} | {r['verdict']} ({c['exact']} exact, {c['near-tie']} near-tie) |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pair", default=None)
@@ -58,56 +107,12 @@ def main(argv=None) -> int:
     ps = matrix.prompt_set(pair.prompt_set)
     plist = prompts.load_prompts(ps, reference.tokenizer, limit=args.prompts)
     inputs = [prompts.encode(p, reference.tokenizer, chat_template=ps.chat_template) for p in plist]
-    drafts = {}
-    for d in args.drafts:
-        print(f"loading draft {d}", file=sys.stderr, flush=True)
-        drafts[d] = models.load(matrix.model(pair.draft), d, draft_vocab=args.draft_vocab)
+    drafts = {d: models.load(matrix.model(pair.draft), d, draft_vocab=args.draft_vocab) for d in args.drafts}
     rows = []
     for t in args.targets:
-        print(f"loading target {t}", file=sys.stderr, flush=True)
-        target = reference if t == "bf16" else models.load(matrix.model(pair.target), t)
-        arms = [("bf16", reference.model, None), (t, target.model, None)] if t != "bf16" else [("bf16", reference.model, None)]
-        arms += [(f"{t}+{d}", target.model, drafts[d].model) for d in drafts]
-        runs: dict[str, list[generate.GenerationResult]] = {name: [] for name, _, _ in arms}
-
-        def run(arm, ids, s):
-            name, model, draft = arm
-            mode = generate.ASSISTED if draft is not None else generate.PLAIN
-            return generate.measure_generation(model, ids, s, mode=mode, assistant=draft)
-
-        interleave.warm_up(arms, lambda arm, s: run(arm, inputs[0], s), settings)
-        for i, ids in enumerate(inputs):
-            for arm in interleave.abba(arms, i):
-                runs[arm[0]].append(run(arm, ids, settings))
-            print(f"  {t} prompt {plist[i].id}: " + ", ".join(f"{n} {r[-1].tokens_per_sec:.1f}" for n, r in runs.items()),
-                  file=sys.stderr, flush=True)
-        plain = runs[t]
-        for d in drafts:
-            a = runs[f"{t}+{d}"]
-            verdicts = [eq.triage(target.model, p.id, ids, pr.tokens, ar.tokens, eq.EPSILON[t])
-                        for p, ids, pr, ar in zip(plist, inputs, plain, a)]
-            c = eq.counts(verdicts)
-            rows.append({
-                "target": t, "draft": d, "k": k, "draft_vocab": args.draft_vocab,
-                "plain_tokens_per_sec": statistics.median(r.tokens_per_sec for r in plain),
-                "assisted_tokens_per_sec": statistics.median(r.tokens_per_sec for r in a),
-                "plain_bf16_tokens_per_sec": statistics.median(r.tokens_per_sec for r in runs["bf16"]),
-                "speedup": ratio(plain, a), "over_plain_bf16": ratio(runs["bf16"], a),
-                "acceptance": sum(r.accepted for r in a) / max(1, sum(r.drafted for r in a)),
-                "mean_accepted_length": sum(r.new_tokens for r in a) / max(1, sum(r.target_forwards for r in a)),
-                "equivalence": c, "verdict": "FAILED" if c["failed"] else ("exact" if c["exact"] == len(a) else "near-ties"),
-            })
-        if target is not reference:
-            del target
+        rows += measure_target(matrix, pair, t, reference, drafts, plist, inputs, settings, k, args.draft_vocab)
         gc.collect()
-    print("| target | draft | plain tok/s | assisted tok/s | speedup vs same-precision plain | vs plain bf16 "
-          "| acceptance | tokens/step | equivalence |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        c = r["equivalence"]
-        print(f"| {r['target']} | {r['draft']} | {fmt(r['plain_tokens_per_sec'])} | {fmt(r['assisted_tokens_per_sec'])} | "
-              f"{fmt(r['speedup'], '.2f', 'x')} | {fmt(r['over_plain_bf16'], '.2f', 'x')} | {r['acceptance']:.0%} | "
-              f"{r['mean_accepted_length']:.2f} | {r['verdict']} ({c['exact']} exact, {c['near-tie']} near-tie) |")
+    print_table(rows)
     print(f"\n({time.perf_counter() - start:.0f} s; pair {pair.name}, {len(inputs)} prompts x {args.max_new_tokens} "
           f"new tokens, greedy, K={k}{f', draft vocabulary {args.draft_vocab}' if args.draft_vocab else ''})")
     if args.json:

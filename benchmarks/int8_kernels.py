@@ -72,6 +72,7 @@ def main() -> None:
                         torch.bfloat16, 2.0),
         "w8af32 oneDNN prepacked": (lambda: int8("onednn"), torch.float32, 1.0),
         "w8af32 torch._int_mm": (lambda: int8("int_mm"), torch.float32, 1.0),
+        "w8af32 fbgemm row-scaled": (lambda: int8("fbgemm"), torch.float32, 1.0),
         "w8af32-tensor fbgemm": (lambda: [fbgemm_dynamic(w) for w in weights], torch.float32, 1.0),
         "w8abf16 int8pack": (lambda: [Int8WeightOnlyLinear(w) for w in weights], torch.bfloat16, 1.0),
         "w4abf16 int4pack": (lambda: [Int4WeightOnlyLinear(w) for w in weights], torch.bfloat16, 0.5),

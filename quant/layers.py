@@ -22,8 +22,22 @@ INT4_GROUP_SIZES = (32, 64, 128, 256)
 # where the CPU has VNNI or AMX (and the same rows alone or in a block everywhere); they differ in
 # speed. On a 1536x8960 layer with a cold cache (benchmarks/int8_kernels.py), Intel AMX host:
 # onednn 0.70 ms for one token, 0.75 ms for 7; _int_mm 1.30 / 1.35 ms. Under the AVX2 limit:
-# onednn 7.3 / 19 ms, _int_mm 2.9 / 3.4 ms. harness.core.capability picks one per CPU class.
-INT8_KERNELS = ("onednn", "int_mm")
+# onednn 7.3 / 19 ms, _int_mm 2.9 / 3.4 ms. harness.core.kernels picks one per CPU class.
+# "fbgemm" runs fbgemm's per-tensor dynamic kernel per token: each row is divided by its own
+# largest |value| and one constant row [1, -1, 0, ...] is appended, so the tensor's range is always
+# [-1, 1] and every row gets the same fixed activation step, whatever the other rows: a block of
+# K+1 tokens computes each row exactly as one token alone. The activations take the full 8 bits
+# (no reduce_range): one step is 2/255 of a row's largest |value|, as fine as the other kernels'
+# 2/254. With reduce_range (7 bits, fbgemm's guard against int16 saturation without VNNI) the
+# 1.5B target's held-out perplexity was 4.349 against 4.239 (bf16 4.217). Without VNNI a sum may
+# saturate, as torch._int_mm's does there: the result is then inexact but still the same for a
+# row alone or in a block. Its speed at 2-9 rows is its reason.
+INT8_KERNELS = ("onednn", "int_mm", "fbgemm")
+# oneDNN takes a slow path for one token through a narrow layer: a 256x1536 k/v projection cost
+# 4.8 ms against 0.04 ms with torch._int_mm on the AMX host (0.5 ms for an 8960-wide one), which
+# made a whole one-token step of the 1.5B target 3x slower than 9 tokens. Layers narrower than this
+# stay on torch._int_mm, whose integer products are the same where oneDNN is chosen.
+ONEDNN_MIN_OUT = 1024
 INT4_INNER_K_TILES = 2  # torch's CPU int4 packing: in_features must be a multiple of 16 * this
 
 
@@ -122,10 +136,18 @@ class Int8DynamicLinear(_QuantLinear):
         scales, so its float32 output is the exact int32 product, as with torch._int_mm."""
         if kernel not in INT8_KERNELS:
             raise QuantSettingsError(f"int8 kernel {kernel!r}: choose one of {', '.join(INT8_KERNELS)}")
+        if kernel == "onednn" and self.out_features < ONEDNN_MIN_OUT:
+            kernel = "int_mm"  # oneDNN's slow path for narrow layers; the products are the same (see above)
         if kernel == "onednn":
             self._packed = torch.ops.onednn.qlinear_prepack(self.weight_q, [1, self.in_features])
             self._unit = torch.ones(self.out_features)
             self._zero = torch.zeros(self.out_features, dtype=torch.int32)
+        elif kernel == "fbgemm":
+            w = torch._make_per_channel_quantized_tensor(self.weight_q, self.weight_scale.double(),
+                                                         torch.zeros(self.out_features, dtype=torch.long), 0)
+            self._packed = torch.ops.quantized.linear_prepack(w, None)
+            self._range_row = torch.zeros(1, self.in_features)
+            self._range_row[0, :2] = torch.tensor([1.0, -1.0])
         else:
             self._packed = None
         self.kernel = kernel
@@ -136,8 +158,15 @@ class Int8DynamicLinear(_QuantLinear):
                                                       1.0, 0, torch.float32, "none", [], "")
         return torch._int_mm(a_q, self.weight_q.t()).float()
 
+    def _fbgemm_rows(self, a: torch.Tensor) -> torch.Tensor:
+        peak = a.abs().amax(dim=1, keepdim=True).clamp(min=1e-8)
+        y = torch.ops.quantized.linear_dynamic(torch.cat([a / peak, self._range_row]), self._packed, False)
+        return y[:-1] * peak
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = self._scaled(x, torch.float32)
+        if self.kernel == "fbgemm":
+            return self._finish(self._fbgemm_rows(a), x)
         a_scale = (a.abs().amax(dim=1, keepdim=True) / 127).clamp(min=1e-8)
         a_q = torch.round(a / a_scale).clamp(-127, 127).to(torch.int8)
         y = self._int8_gemm(a_q) * a_scale * self.weight_scale

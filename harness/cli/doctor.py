@@ -101,7 +101,8 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
                                             [p for p in precisions if p in (pair.draft_precision, "bf16", "fp32")])
 
     if not args.no_models and target_path:
-        report["prediction"] = _predict(matrix, pair, preset.reference_precision if preset else None)
+        report["prediction"] = _predict(matrix, pair, preset.reference_precision if preset else None,
+                                        preset.draft_vocab if preset else None)
     _say(f"\ndoctor finished in {time.perf_counter() - started:.0f} s")
     if args.json:
         from harness.core import jsonio
@@ -111,7 +112,8 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     return 0
 
 
-def _predict(matrix: registry.Matrix, pair: registry.PairSpec, reference: str | None = None) -> dict[str, Any]:
+def _predict(matrix: registry.Matrix, pair: registry.PairSpec, reference: str | None = None,
+             draft_vocab: int | None = None) -> dict[str, Any]:
     """Step costs of the real pair and the speedup they predict for an acceptance measured here."""
     from harness.core import decode, models, predict, prompts
     from harness.core.generate import measure_generation
@@ -120,7 +122,8 @@ def _predict(matrix: registry.Matrix, pair: registry.PairSpec, reference: str | 
     _say(f"\nloading the pair (target {pair.target_precision}"
          + (f", draft {pair.draft_precision})" if pair.draft else ")"))
     target = models.load(matrix.model(pair.target), pair.target_precision)
-    draft = models.load(matrix.model(pair.draft), pair.draft_precision) if pair.draft and pair.draft_precision else None
+    draft = (models.load(matrix.model(pair.draft), pair.draft_precision, draft_vocab=draft_vocab)
+             if pair.draft and pair.draft_precision else None)
     by_k_costs = predict.measure(target.model, draft.model if draft else None, sorted({*range(1, 9), k}),
                                  min_seconds=0.2)
     costs = by_k_costs[k]

@@ -23,12 +23,18 @@ PROBE_METHOD = {"bf16": None, "fp32": None, "fp16": None, "w8af32": "w8af32", "w
 
 
 # The int8 GEMM behind w8af32 and w8a8 (quant.layers.INT8_KERNELS) per CPU class, measured on a
-# 1536x8960 layer cycled over 24 copies so that the weights come from memory (benchmarks/int8_kernels.py):
-#   amx:  oneDNN prepacked 0.70 ms at M=1, 0.75 at M=7; torch._int_mm 1.30 / 1.35 (Intel AMX host)
-#   avx2: oneDNN 7.3 / 19 ms;  torch._int_mm 2.9 / 3.4 (the same host under the AVX2 limit)
-INT8_KERNEL = {"amx": "onednn", "avx512-bf16": "onednn", "avx512": "int_mm", "avx2": "int_mm", "generic": "int_mm"}
+# 1536x8960 layer cycled over 12-24 copies so that the weights come from memory
+# (benchmarks/int8_kernels.py), ms at M = 1 / 7 tokens:
+#   amx (Intel AMX host): oneDNN prepacked 0.70 / 0.75; fbgemm row-scaled 0.74 / 1.01; torch._int_mm 1.32 / 1.36
+#   avx2 (the same host, ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2): oneDNN 7.4 / 18.6;
+#         torch._int_mm 3.0 / 3.5; fbgemm row-scaled 0.75 / 1.00 (fbgemm picks its kernels from the
+#         CPU itself, so this emulation still ran its AVX-512 code: a real AVX2 CPU is slower)
+# avx512-bf16 and avx512 were not measured (the emulated run stalled): fbgemm, the x86 int8 library
+# built for AVX2 and AVX-512 servers, is the guess there; generic has no AVX2 for fbgemm.
+INT8_KERNEL = {"amx": "onednn", "avx512-bf16": "fbgemm", "avx512": "fbgemm", "avx2": "fbgemm", "generic": "int_mm"}
 INT8_KERNEL_ENV = "HARNESS_INT8_KERNEL"  # overrides the class's choice (to measure one against the other)
-INT8_KERNEL_NAME = {"onednn": "oneDNN int8 GEMM, prepacked", "int_mm": "torch._int_mm (int8 x int8)"}
+INT8_KERNEL_NAME = {"onednn": "oneDNN int8 GEMM, prepacked", "int_mm": "torch._int_mm (int8 x int8)",
+                    "fbgemm": "fbgemm int8 GEMM, row-scaled"}
 
 
 def int8_kernel() -> str:
