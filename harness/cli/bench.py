@@ -13,7 +13,11 @@ from harness.core.errors import HarnessError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("bench", help="measure plain and assisted decoding (the reference's table)")
-    b.add_argument("--pair", help="registry pair (default: the registry's defaults.pair); see `python -m harness pairs`")
+    which = b.add_mutually_exclusive_group()
+    which.add_argument("--pair", help="registry pair (default: the registry's defaults.pair); see `python -m harness pairs`")
+    which.add_argument("--model-name", dest="model_name", metavar="NAME",
+                       help="the reference example's spelling: one of its model names (CodeLlama-7b-hf, "
+                            "llama-2-7b, ...) or a registry model; picks the pair whose target it is")
     b.add_argument("--task", choices=("decode", "benchmark", "benchmark_code"),
                    help="decode: the pair's prompt set; benchmark: fixed prompt lengths, exactly "
                         "--max-new-tokens new tokens; benchmark_code: HumanEval prompts")
@@ -56,13 +60,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
+# The reference example's spellings (assisted_generation.py), read as the suite's own options.
+REFERENCE_SPELLINGS = {"--model_name": "--model-name", "--assisted_generation": "--assisted-generation",
+                       "--draft_precision": "--draft-precision", "--target_precision": "--target-precision",
+                       "--do_sample": "--do-sample", "--top_p": "--top-p", "--max_new_tokens": "--max-new-tokens",
+                       "--num_assistant_tokens": "--num-assistant-tokens"}
+
+
+def reference_spellings(argv: list[str]) -> list[str]:
+    """`bench`'s arguments with the reference's underscore spellings (also `--opt=value`) replaced."""
+    out = []
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        out.append(REFERENCE_SPELLINGS.get(name, name) + eq + value if name.startswith("--") else arg)
+    return out
+
+
 def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     from harness.core import bench, report
 
     if (args.temperature is not None or args.top_p is not None) and not args.do_sample:
         raise HarnessError("--temperature and --top-p apply to sampling; add --do-sample")
+    pair = matrix.pair_for_model_name(args.model_name).name if args.model_name else args.pair
     cfg = bench.build_config(
-        matrix, args.pair or matrix.defaults.pair, task=args.task, mode=args.mode,
+        matrix, pair or matrix.defaults.pair, task=args.task, mode=args.mode,
         target_precision=args.target_precision, draft_precision=args.draft_precision,
         reference_precision=args.reference_precision, preset=args.preset, draft_vocab=args.draft_vocab,
         do_sample=args.do_sample,

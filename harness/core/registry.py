@@ -97,6 +97,7 @@ class PairSpec:
     cpu_class: str | None = None   # the CPU class whose choice was applied (None: the pair's own settings)
     choice: str = ""               # one line: where target/draft precision and K come from, and why
     presets: dict[str, dict[str, Preset]] = field(default_factory=dict, compare=False, hash=False)
+    reference_names: tuple[str, ...] = ()  # the reference example's --model_name values for this pair
     path: Path | None = field(default=None, compare=False, hash=False)  # the registry file (for errors)
 
     @property
@@ -166,6 +167,20 @@ class Matrix:
 
     def pair(self, name: str) -> PairSpec:
         return _lookup("pair", name, self.pairs, self.path)
+
+    def pair_for_model_name(self, name: str) -> PairSpec:
+        """The pair a --model_name means: a reference model name (the pairs' `reference_names`),
+        or a registry model, taking the default pair, else a draft pair, else any pair with that target."""
+        for pair in self.pairs.values():
+            if name in pair.reference_names:
+                return pair
+        targets = [p for p in self.pairs.values() if p.target == name]
+        if not targets:
+            known = {n for p in self.pairs.values() for n in (*p.reference_names, p.target)}
+            raise UnknownNameError("--model_name", name, known,
+                                   where=f"{self.path}: the pairs' reference_names and targets")
+        rank = lambda p: (p.name != self.defaults.pair, p.draft is None)  # noqa: E731
+        return min(targets, key=rank)
 
     def platform(self, name: str) -> PlatformSpec:
         return _lookup("platform", name, self.platforms, self.path)
@@ -292,6 +307,7 @@ def _pair_spec(name: str, p: dict[str, Any], defaults: Defaults, cpu_class: str,
                           for cls, v in by_class.items()}
                  for preset, by_class in p.get("presets", {}).items()},
         path=path,
+        reference_names=tuple(p.get("reference_names", ())),
     )
 
 
