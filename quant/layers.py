@@ -18,20 +18,15 @@ import torch
 from torch import nn
 
 INT4_GROUP_SIZES = (32, 64, 128, 256)
-# The int8 x int8 -> int32 GEMM behind Int8DynamicLinear. Both give the same exact integer products
-# where the CPU has VNNI or AMX (and the same rows alone or in a block everywhere); they differ in
-# speed. On a 1536x8960 layer with a cold cache (benchmarks/int8_kernels.py), Intel AMX host:
-# onednn 0.70 ms for one token, 0.75 ms for 7; _int_mm 1.30 / 1.35 ms. Under the AVX2 limit:
-# onednn 7.3 / 19 ms, _int_mm 2.9 / 3.4 ms. harness.core.kernels picks one per CPU class.
-# "fbgemm" runs fbgemm's per-tensor dynamic kernel per token: each row is divided by its own
-# largest |value| and one constant row [1, -1, 0, ...] is appended, so the tensor's range is always
-# [-1, 1] and every row gets the same fixed activation step, whatever the other rows: a block of
-# K+1 tokens computes each row exactly as one token alone. The activations take the full 8 bits
-# (no reduce_range): one step is 2/255 of a row's largest |value|, as fine as the other kernels'
-# 2/254. With reduce_range (7 bits, fbgemm's guard against int16 saturation without VNNI) the
-# 1.5B target's held-out perplexity was 4.349 against 4.239 (bf16 4.217). Without VNNI a sum may
-# saturate, as torch._int_mm's does there: the result is then inexact but still the same for a
-# row alone or in a block. Its speed at 2-9 rows is its reason.
+# The int8 GEMM behind Int8DynamicLinear (harness.core.kernels.INT8_KERNEL picks one per CPU class,
+# with the measurements). "onednn" (weight prepacked once) and "int_mm" give the same exact integer
+# products where the CPU has VNNI or AMX. "fbgemm" runs fbgemm's per-tensor dynamic kernel per
+# token: each row is divided by its own largest |value| and one constant row [1, -1, 0, ...] is
+# appended, so the tensor's range is always [-1, 1] and every row gets the same activation step
+# whatever the other rows are. Its activations take the full 8 bits (no reduce_range): with fbgemm's
+# 7-bit guard against int16 saturation the 1.5B target's held-out perplexity was 4.349, with 8 bits
+# 4.246 (per-token int_mm 4.239, bf16 4.217). All three compute a row alone exactly as in a block
+# of K+1 tokens (without VNNI a sum may saturate, for int_mm too: inexact, still the same per row).
 INT8_KERNELS = ("onednn", "int_mm", "fbgemm")
 # oneDNN takes a slow path for one token through a narrow layer: a 256x1536 k/v projection cost
 # 4.8 ms against 0.04 ms with torch._int_mm on the AMX host (0.5 ms for an 8960-wide one), which

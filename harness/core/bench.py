@@ -133,18 +133,11 @@ def build_config(matrix: Matrix, pair_name: str, **overrides: Any) -> BenchConfi
 
 
 def _require_kernels(options: dict[str, str | None], preset: Preset | None) -> None:
-    """Every precision the run needs has a kernel that runs on this CPU, checked before any model
-    loads (a 256x256 probe each); the error names the option and what runs here."""
-    from harness.core import capability, kernels
-
+    """Every precision the run needs has a kernel that runs on this CPU, checked before any model loads."""
+    source = f" (from --preset {preset.name})" if preset else ""
     for option, precision in options.items():
-        if precision is None or (why := kernels.failure(precision)) is None:
-            continue
-        works = [p for p in kernels.KERNEL if kernels.failure(p) is None]
-        source = f" (from --preset {preset.name})" if preset else ""
-        raise HarnessError(f"{option} {precision}{source}: its kernel ({kernels.kernel_name(precision)}) does not run "
-                           f"on this CPU (class {capability.detect().name}): {why}. Precisions that run here: "
-                           f"{', '.join(works)}")
+        if precision is not None:
+            models.require_kernel(precision, named_by=option, via=source)
 
 
 def _loaded_info(m: models.LoadedModel) -> dict[str, Any]:

@@ -126,13 +126,13 @@ def layer_cost(precision: str, in_features: int, out_features: int, tokens: tupl
 
 KERNEL = {"bf16": "oneDNN/ATen bf16 matmul", "fp32": "oneDNN/MKL fp32 matmul", "fp16": "ATen fp16 matmul",
           "w8af32": "per-token int8 GEMM", "w8af32-tensor": "fbgemm dynamic int8 (torch.ao)",
-          "w8abf16": "aten._weight_int8pack_mm", "w8a8": "per-token int8 GEMM",
+          "w8abf16": "aten._weight_int8pack_mm", "w8a8": "per-token int8 GEMM",  # which one: INT8_KERNEL
           "w4abf16": "aten._weight_int4pack_mm_for_cpu", "w4abf16-rtn": "aten._weight_int4pack_mm_for_cpu"}
 
 
 def kernel_name(precision: str) -> str:
     """The kernel behind a precision in this process (the int8 GEMM as chosen for this CPU class)."""
-    if KERNEL.get(precision) == "per-token int8 GEMM":
+    if PROBE_METHOD.get(precision) == "w8af32":  # Int8DynamicLinear: the class's int8 GEMM
         return INT8_KERNEL_NAME[int8_kernel()]
     return KERNEL.get(precision, "?")
 

@@ -402,14 +402,16 @@ class LoadedModel:
 FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def _require_kernel(precision: str) -> None:
-    """A precision whose kernel does not run on this CPU fails here, before minutes of loading."""
+def require_kernel(precision: str, *, named_by: str | None = None, via: str = "") -> None:
+    """A precision whose kernel does not run on this CPU fails here, before minutes of loading;
+    `named_by` is the option that asked for it (the error starts with it), `via` where it came from."""
     from harness.core import capability, kernels
 
     why = kernels.failure(precision)
     if why:
         works = [p for p in kernels.KERNEL if p != precision and kernels.failure(p) is None]
-        raise HarnessError(f"precision {precision!r}: its kernel ({kernels.kernel_name(precision)}) does not run "
+        what = (f"{named_by} {precision}" if named_by else f"precision {precision!r}") + via
+        raise HarnessError(f"{what}: its kernel ({kernels.kernel_name(precision)}) does not run "
                            f"on this CPU (class {capability.detect().name}): {why}. Precisions that run here: "
                            f"{', '.join(works)} (python -m harness doctor)")
 
@@ -429,7 +431,7 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: i
     if quantized and device != "cpu":
         raise HarnessError(f"precision {precision!r} runs on the CPU only; use bf16/fp16/fp32 on {device}")
     if device == "cpu":
-        _require_kernel(precision)
+        require_kernel(precision)
     path = resolve_path(spec)
     start = time.perf_counter()
     dtype = getattr(torch, FLOAT_DTYPES[precision] if not quantized else quant.base_dtype(precision))
