@@ -25,7 +25,7 @@ from pathlib import Path
 from harness.accuracy import equivalence as eq
 from harness.core import decode, generate, interleave, models, prompts, registry
 
-TARGETS = ["bf16", "w8af32", "w8abf16", "w4abf16", "w4abf16-rtn"]
+TARGETS = ["bf16", "w8af32", "w8abf16", "w6a16", "w4abf16", "w4abf16-rtn"]
 DRAFTS = ["bf16", "w8af32-tensor", "w8af32", "w4abf16-rtn"]
 
 

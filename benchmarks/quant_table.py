@@ -29,7 +29,7 @@ from harness.core import decode, generate, interleave, models, prompts, registry
 from quant.calibration import token_windows
 from quant.perplexity import perplexity
 
-ALL = ["bf16", "w8af32", "w8af32-tensor", "w8abf16", "w8a8", "w4abf16", "w4abf16-rtn"]
+ALL = ["bf16", "w8af32", "w8af32-tensor", "w8abf16", "w8a8", "w6a16", "w4abf16", "w4abf16-rtn"]
 COMBINATIONS = ["bf16+bf16", "bf16+w8af32", "w4abf16+bf16", "w4abf16+w8af32", "w4abf16+w4abf16",
                 "w8af32+w8af32", "w8af32-tensor+w8af32-tensor"]
 

@@ -14,6 +14,7 @@ them by a hash of model, method, settings, calibration text and library versions
 | w8a8          | SmoothQuant, int8 per chan. | int8 per token, fp32   | torch._int_mm                   |
 | w4abf16       | AWQ, 4-bit per group of 128 | bf16                   | aten._weight_int4pack_mm_for_cpu|
 | w4abf16-rtn   | round-to-nearest 4-bit      | bf16                   | aten._weight_int4pack_mm_for_cpu|
+| w6a16         | AWQ, 6-bit per group of 128 | bf16                   | aten._weight_int8pack_mm        |
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ _METHODS: dict[str, Method] = {
     "w8a8": Method("quant.smoothquant", "float32", calibrated=True),
     "w4abf16": Method("quant.awq", "bfloat16", calibrated=True),
     "w4abf16-rtn": Method("quant.rtn", "bfloat16"),
+    "w6a16": Method("quant.w6a16", "bfloat16", calibrated=True),
 }
 SAVE_FORMAT = 3  # 2: Int8DynamicLinear keeps weight_q [N, K]; 3: the float vectors too (AWQ's folded norms)
 

@@ -1,4 +1,5 @@
 """w4abf16 (AWQ): activation-aware weight quantization to 4 bits per group, bf16 activations.
+The same search with 6-bit groups is w6a16 (quant/w6a16.py): a `Scheme` says which rounding and layer.
 
 Lin et al. (2023): input channels that see large activations matter more, so scale input channel
 j of a weight up by s_j = mean|x_j|^alpha before rounding and divide the activation by s_j.
@@ -44,15 +45,17 @@ division per activation). Not done: the paper's weight-clipping search."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from tqdm.auto import tqdm
 
 from quant.calibration import TokenWindows, collect_input_stats
-from quant.layers import Int4WeightOnlyLinear, QuantSettingsError, check_int4_shape, int4_fake_quant
+from quant.layers import (Int4WeightOnlyLinear, Int6WeightOnlyLinear, QuantSettingsError, check_int4_shape,
+                          check_int6_shape, int4_fake_quant, int6_fake_quant)
 from quant.rtn import check_head, quantize_head
 from quant.walk import linear_layers, replace
 
@@ -61,8 +64,23 @@ FOLD_ARCHS = ("llama", "qwen2")
 O_PROJ = ("divide", "rtn")  # o_proj's scale: searched and kept in the layer, or none
 
 
+@dataclass(frozen=True)
+class Scheme:
+    """What the weights are rounded to: the rounding the search scores (fake_quant(w, group_size)),
+    the shape check, and the layer built at the end."""
+    method: str
+    bits: int
+    fake_quant: Callable[[torch.Tensor, int], torch.Tensor]
+    check_shape: Callable[[str, torch.Tensor, int], None]
+    layer: type
+
+
+INT4 = Scheme("w4abf16", 4, int4_fake_quant, check_int4_shape, Int4WeightOnlyLinear)
+INT6 = Scheme("w6a16", 6, int6_fake_quant, check_int6_shape, Int6WeightOnlyLinear)
+
+
 def search_scale(weight: torch.Tensor, x: torch.Tensor, abs_mean: torch.Tensor, group_size: int,
-                 grid: int) -> tuple[torch.Tensor, float, float, float]:
+                 grid: int, fake_quant: Callable[[torch.Tensor, int], torch.Tensor] = int4_fake_quant) -> tuple[torch.Tensor, float, float, float]:
     """Best per-input-channel scale for one weight (or several stacked along the output rows, which
     share the input): (scale, alpha, awq loss, rtn loss)."""
     w = weight.detach().float()
@@ -74,7 +92,7 @@ def search_scale(weight: torch.Tensor, x: torch.Tensor, abs_mean: torch.Tensor, 
         alpha = i / grid
         s = abs_mean.float().clamp(min=1e-4).pow(alpha)
         s = s / (s.max() * s.min()).sqrt()
-        out = (x / s) @ int4_fake_quant(w * s, group_size).t()
+        out = (x / s) @ fake_quant(w * s, group_size).t()
         loss = (out - ref).pow(2).mean().item()
         if i == 0:
             rtn_loss = loss
@@ -143,7 +161,7 @@ def fold_groups(model: torch.nn.Module, names: list[str], o_proj: str = "divide"
 
 @torch.no_grad()
 def search_and_fold(model: torch.nn.Module, groups: list[Group], calibration: TokenWindows, *, group_size: int,
-                    grid: int, rows: int, progress: bool = True) -> tuple[dict[str, torch.Tensor | None], dict]:
+                    grid: int, rows: int, progress: bool = True, scheme: Scheme = INT4) -> tuple[dict[str, torch.Tensor | None], dict]:
     """Search each group's scale and fold it into the float model; returns the input_scale each
     layer keeps (None for folded and round-to-nearest ones) and summary figures."""
     modules = dict(model.named_modules())
@@ -154,7 +172,7 @@ def search_and_fold(model: torch.nn.Module, groups: list[Group], calibration: To
     for g in tqdm(searched, desc="AWQ scale search", unit="group", disable=not progress):
         st = stats.pop(g.names[0])
         weight = torch.cat([modules[n].weight for n in g.names])
-        s, alpha, loss, rtn = search_scale(weight, st.sample, st.abs_mean, group_size, grid)
+        s, alpha, loss, rtn = search_scale(weight, st.sample, st.abs_mean, group_size, grid, scheme.fake_quant)
         alphas.append(alpha)
         gains.append(loss / rtn if rtn > 0 else 1.0)
         if g.kind == "divide":
@@ -177,11 +195,11 @@ def search_and_fold(model: torch.nn.Module, groups: list[Group], calibration: To
 
 
 @torch.no_grad()
-def quantize(model: torch.nn.Module, *, calibration: TokenWindows | None = None, group_size: int = 128,
+def _quantize(scheme: Scheme, model: torch.nn.Module, *, calibration: TokenWindows | None = None, group_size: int = 128,
              grid: int = 20, rows: int = 256, skip: tuple[str, ...] = ("lm_head",), lm_head: str = "int8",
              fold: bool = True, o_proj: str = "divide", progress: bool = True) -> tuple[torch.nn.Module, int, dict[str, Any]]:
     if calibration is None:
-        raise QuantSettingsError("w4abf16 (AWQ) needs calibration text: pass calibration="
+        raise QuantSettingsError(f"{scheme.method} (AWQ) needs calibration text: pass calibration="
                                  "quant.calibration.token_windows(tokenizer) (models.load does)")
     check_head(lm_head)
     if not 1 <= grid <= 100:
@@ -190,7 +208,7 @@ def quantize(model: torch.nn.Module, *, calibration: TokenWindows | None = None,
         raise QuantSettingsError(f"o_proj={o_proj!r}: choose {' or '.join(O_PROJ)}")
     layers = linear_layers(model, tuple(skip))
     for name, lin in layers:
-        check_int4_shape(name, lin.weight, group_size)
+        scheme.check_shape(name, lin.weight, group_size)
     names = [n for n, _ in layers]
     if fold:
         groups, why_not = fold_groups(model, names, o_proj)
@@ -199,13 +217,24 @@ def quantize(model: torch.nn.Module, *, calibration: TokenWindows | None = None,
     if why_not:
         log.info("AWQ: scales not folded (%s): each layer divides its input at run time", why_not)
     scales, details = search_and_fold(model, groups, calibration, group_size=group_size, grid=grid, rows=rows,
-                                      progress=progress)
-    for name, lin in tqdm(layers, desc="int4", unit="layer", disable=not progress):
-        replace(model, name, Int4WeightOnlyLinear(lin.weight, lin.bias, group_size=group_size,
-                                                  input_scale=scales[name], name=name))
+                                      progress=progress, scheme=scheme)
+    for name, lin in tqdm(layers, desc=f"int{scheme.bits}", unit="layer", disable=not progress):
+        replace(model, name, scheme.layer(lin.weight, lin.bias, group_size=group_size,
+                                          input_scale=scales[name], name=name))
     details = {"lm_head": quantize_head(model, lm_head), **details}
-    log.info("AWQ: %d layers (%d folded, %d dividing at run time, %d round-to-nearest), mean alpha %.2f, "
-             "calibration loss %.2fx of round-to-nearest", len(layers), details["folded"], details["divided"],
+    log.info("AWQ (%d-bit): %d layers (%d folded, %d dividing at run time, %d round-to-nearest), mean alpha %.2f, "
+             "calibration loss %.2fx of round-to-nearest", scheme.bits, len(layers), details["folded"], details["divided"],
              details["rtn"], details["mean_alpha"], details["mean_loss_vs_rtn"])
-    return model, len(layers), {"group_size": group_size, "grid": grid, "rows": rows, "skip": list(skip),
+    return model, len(layers), {"bits": scheme.bits, "group_size": group_size, "grid": grid, "rows": rows, "skip": list(skip),
                                 "fold": fold, "o_proj": o_proj, "calibration": calibration.describe(), **details}
+
+
+def for_scheme(scheme: Scheme) -> Callable[..., tuple[torch.nn.Module, int, dict[str, Any]]]:
+    """`quantize` (its settings and defaults, which quant.settings_of reads) rounding to `scheme`."""
+    @functools.wraps(_quantize)  # inspect.signature reads _quantize's keyword settings through __wrapped__
+    def quantize_scheme(model: torch.nn.Module, **settings: Any) -> tuple[torch.nn.Module, int, dict[str, Any]]:
+        return _quantize(scheme, model, **settings)
+    return quantize_scheme
+
+
+quantize = for_scheme(INT4)

@@ -7,6 +7,7 @@ torch's own CPU kernels in `forward`:
                          (prepacked, AMX) or torch._int_mm: INT8_KERNELS
     Int8WeightOnlyLinear int8 weights per output channel, bf16 activations    aten._weight_int8pack_mm
     Int4WeightOnlyLinear int4 weights per group of input channels, bf16 act.  aten._weight_int4pack_mm_for_cpu
+    Int6WeightOnlyLinear 6-bit weights per group, held in int8, bf16 act.     aten._weight_int8pack_mm
 
 `input_scale` (optional, one value per input channel) divides the activations before the
 kernel: AWQ and SmoothQuant move per-channel scale from activations into weights this way.
@@ -72,6 +73,44 @@ def int4_dequantize(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, gr
 def int4_fake_quant(weight: torch.Tensor, group_size: int) -> torch.Tensor:
     """Quantize then dequantize: the float weight the int4 layer computes with (AWQ's search)."""
     return int4_dequantize(*int4_groups(weight, group_size), group_size)
+
+
+# 6-bit groups on the int8 kernel: each weight is q * m_g * u with q in [-31, 31] (6 bits), u one
+# step per output row and m_g in 1..INT6_MULTIPLIERS per group (a 2-bit group scale on top of the
+# row's, as llama.cpp's k-quants quantize their sub-block scales). q * m_g fits an int8 (|31 * 4| <=
+# 127), so aten._weight_int8pack_mm, whose scales are per row only, computes the grouped 6-bit
+# weights exactly. The bytes read per token are int8's: it is w8abf16's speed at 6-bit accuracy.
+INT6_LEVELS = 31
+INT6_MULTIPLIERS = 4
+
+
+def int6_groups(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric 6-bit per group of `group_size` input channels, as an int8 weight and a row step:
+    returns (q * m [N, K] int8, u [N] bf16), weight ~ (q * m) * u[:, None]."""
+    n, k = weight.shape
+    w = weight.detach().float().reshape(n, k // group_size, group_size)
+    group_step = (w.abs().amax(dim=-1) / INT6_LEVELS).clamp(min=1e-8)      # the ideal 6-bit step per group
+    row_step = (group_step.amax(dim=-1) / INT6_MULTIPLIERS).to(torch.bfloat16)  # what the kernel multiplies by
+    u = row_step.float()[:, None]
+    # the smallest multiplier whose step covers the group's range (no clipping), at most 4
+    m = torch.ceil(group_step / u - 1e-4).clamp(1, INT6_MULTIPLIERS)
+    q = torch.round(w / (m * u)[..., None]).clamp(-INT6_LEVELS, INT6_LEVELS)
+    return (q * m[..., None]).reshape(n, k).to(torch.int8), row_step
+
+
+def int6_fake_quant(weight: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The float weight an Int6WeightOnlyLinear computes with (AWQ's search)."""
+    q, row_step = int6_groups(weight, group_size)
+    return q.float() * row_step.float()[:, None]
+
+
+def check_int6_shape(name: str, weight: torch.Tensor, group_size: int) -> None:
+    if group_size not in INT4_GROUP_SIZES:
+        raise QuantSettingsError(f"group_size={group_size}: w6a16 takes {', '.join(map(str, INT4_GROUP_SIZES))}; "
+                                 "128 is the reference's")
+    if weight.shape[1] % group_size:
+        raise QuantSettingsError(f"layer {name!r}: in_features {weight.shape[1]} is not a multiple of group_size "
+                                 f"{group_size}; skip the layer (skip=[...]) or choose a group size that divides it")
 
 
 def check_int4_shape(name: str, weight: torch.Tensor, group_size: int) -> None:
@@ -206,6 +245,23 @@ class Int4WeightOnlyLinear(_QuantLinear):
         return super().extra_repr() + f", group_size={self.group_size}"
 
 
+class Int6WeightOnlyLinear(Int8WeightOnlyLinear):
+    """6-bit grouped weights (int6_groups) in Int8WeightOnlyLinear's buffers and kernel."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, group_size: int = 128,
+                 input_scale: torch.Tensor | None = None, name: str = "linear") -> None:
+        check_int6_shape(name, weight, group_size)
+        _QuantLinear.__init__(self, weight.shape[1], weight.shape[0], bias, input_scale)
+        self.group_size = group_size
+        w = weight.detach().float() * (1 if input_scale is None else input_scale.float()[None, :])
+        q, row_step = int6_groups(w, group_size)
+        self.register_buffer("weight_q", q)
+        self.register_buffer("weight_scale", row_step)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", group_size={self.group_size}, bits=6"
+
+
 def use_int8_kernel(model: nn.Module, kernel: str) -> int:
     """Point every Int8DynamicLinear of `model` at one int8 GEMM; the number of layers switched."""
     layers = [m for m in model.modules() if isinstance(m, Int8DynamicLinear)]
@@ -214,7 +270,8 @@ def use_int8_kernel(model: nn.Module, kernel: str) -> int:
     return len(layers)
 
 
-LAYER_CLASSES = {c.__name__: c for c in (Int8DynamicLinear, Int8WeightOnlyLinear, Int4WeightOnlyLinear)}
+LAYER_CLASSES = {c.__name__: c for c in (Int8DynamicLinear, Int8WeightOnlyLinear, Int4WeightOnlyLinear,
+                                         Int6WeightOnlyLinear)}
 
 
 def layer_meta(layer: _QuantLinear) -> dict:

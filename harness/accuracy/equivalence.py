@@ -25,7 +25,7 @@ EXACT, NEAR_TIE, FAILED = "exact", "near-tie", "failed"
 # quantized in steps of 0.06..0.125, and a batched and an unbatched forward through ~30 layers
 # differ by a few such steps. fp32 must be exact: its epsilon only classifies what is reported.
 # Quantized targets (quant/): their integer kernels are exact, but what they are fed is not.
-# bf16-activation kernels (w8abf16, w4abf16*) round like bf16: bf16's epsilon. Int8 activations
+# bf16-activation kernels (w8abf16, w6a16, w4abf16*) round like bf16: bf16's epsilon. Int8 activations
 # (w8af32, w8a8, w8af32-tensor) are coarser: a last-bit fp32 difference between a block and one
 # token (attention over K+1 rows) can move a value across an int8 rounding boundary, one quantum
 # of ~1/127 of the row's range, and such steps compound through the layers. How far plain
@@ -35,7 +35,7 @@ EXACT, NEAR_TIE, FAILED = "exact", "near-tie", "failed"
 # of 0.03-0.74 on an AMX CPU), its logits up to 4.7 apart. Hence 1.5 for per-token int8
 # activations. Per-tensor scales (w8af32-tensor) disagree by up to 6.8: a draft precision, not a
 # target's; its 1.0 keeps such a target failing the triage.
-EPSILON = {"fp32": 1e-4, "bf16": 0.5, "fp16": 0.25, "w8abf16": 0.5, "w4abf16": 0.5, "w4abf16-rtn": 0.5,
+EPSILON = {"fp32": 1e-4, "bf16": 0.5, "fp16": 0.25, "w8abf16": 0.5, "w4abf16": 0.5, "w4abf16-rtn": 0.5, "w6a16": 0.5,
            "w8af32": 1.5, "w8a8": 1.5, "w8af32-tensor": 1.0}
 
 

@@ -17,9 +17,11 @@ from typing import Callable
 
 log = logging.getLogger(__name__)
 
-# The kernel behind each precision (int4 RTN stands for AWQ: the same kernel; w8a8 for w8af32).
+# The kernel behind each precision (int4 RTN stands for AWQ: the same kernel; w8a8 for w8af32;
+# w8abf16 for w6a16, whose 6-bit groups run through the int8 weight-only kernel).
 PROBE_METHOD = {"bf16": None, "fp32": None, "fp16": None, "w8af32": "w8af32", "w8af32-tensor": "w8af32-tensor",
-                "w8abf16": "w8abf16", "w8a8": "w8af32", "w4abf16": "w4abf16-rtn", "w4abf16-rtn": "w4abf16-rtn"}
+                "w8abf16": "w8abf16", "w8a8": "w8af32", "w4abf16": "w4abf16-rtn", "w4abf16-rtn": "w4abf16-rtn",
+                "w6a16": "w8abf16"}
 
 
 # The int8 GEMM behind w8af32 and w8a8 (quant.layers.INT8_KERNELS) per CPU class, measured on a
@@ -127,7 +129,8 @@ def layer_cost(precision: str, in_features: int, out_features: int, tokens: tupl
 KERNEL = {"bf16": "oneDNN/ATen bf16 matmul", "fp32": "oneDNN/MKL fp32 matmul", "fp16": "ATen fp16 matmul",
           "w8af32": "per-token int8 GEMM", "w8af32-tensor": "fbgemm dynamic int8 (torch.ao)",
           "w8abf16": "aten._weight_int8pack_mm", "w8a8": "per-token int8 GEMM",  # which one: INT8_KERNEL
-          "w4abf16": "aten._weight_int4pack_mm_for_cpu", "w4abf16-rtn": "aten._weight_int4pack_mm_for_cpu"}
+          "w4abf16": "aten._weight_int4pack_mm_for_cpu", "w4abf16-rtn": "aten._weight_int4pack_mm_for_cpu",
+          "w6a16": "aten._weight_int8pack_mm (6-bit groups)"}
 
 
 def kernel_name(precision: str) -> str:

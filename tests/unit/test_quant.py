@@ -41,8 +41,9 @@ def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
 @pytest.mark.parametrize("make, bound", [
     (lambda w: layers.Int8DynamicLinear(w), 0.03),          # int8 x int8: about 1%
     (lambda w: layers.Int8WeightOnlyLinear(w), 0.02),       # int8 weights, bf16 activations
+    (lambda w: layers.Int6WeightOnlyLinear(w), 0.04),       # 6 bits per group of 128: about 2%
     (lambda w: layers.Int4WeightOnlyLinear(w), 0.15),       # 4 bits per group of 128: about 8%
-], ids=["int8-dynamic", "int8-weight-only", "int4-group128"])
+], ids=["int8-dynamic", "int8-weight-only", "int6-group128", "int4-group128"])
 def test_each_layer_is_close_to_the_float_layer(make, bound):
     w, x = weight(), outlier_inputs()
     err = rel_err(make(w)(x), x @ w.t())
@@ -59,6 +60,29 @@ def test_int4_packing_round_trips_through_torchs_kernel():
     got = layer(torch.eye(K, dtype=torch.bfloat16)).float().t()
     assert torch.allclose(got, expected, atol=2e-3)
     assert q.min() >= 0 and q.max() <= 15
+
+
+def test_int6_groups_hold_6_bit_values_per_group_and_the_int8_kernel_computes_them_exactly():
+    w = weight() * torch.linspace(0.05, 1, K)  # groups of input channels with very different ranges
+    layer = layers.Int6WeightOnlyLinear(w, group_size=64)
+    groups = layer.weight_q.reshape(-1, 64).int()
+
+    def multiplier(g: torch.Tensor) -> int | None:
+        """The group's step as a multiple of the row's: every value is q * m with |q| <= 31."""
+        fits = [m for m in (1, 2, 3, 4) if bool((g % m == 0).all()) and int(g.abs().max()) <= 31 * m]
+        return fits[-1] if fits else None
+
+    found = [multiplier(g) for g in groups]
+    assert None not in found  # every group is 6-bit values (63 levels) times one multiplier
+    assert {1, 4} <= set(found)  # and the groups really have their own steps
+    expected = layers.int6_fake_quant(w, 64)
+    got = layer(torch.eye(K, dtype=torch.bfloat16)).float().t()
+    assert torch.allclose(got, expected, rtol=1e-2, atol=1e-5)
+    # between int4's and int8's error on the same weights
+    x = outlier_inputs()
+    errs = [rel_err(make(x), x @ w.t()) for make in (layers.Int8WeightOnlyLinear(w), layer,
+                                                      layers.Int4WeightOnlyLinear(w, group_size=64))]
+    assert errs[0] < errs[1] < errs[2], errs
 
 
 def test_awq_calibration_loss_beats_round_to_nearest_on_outlier_channels():
@@ -98,14 +122,15 @@ def greedy(model, n: int = 16) -> list[int]:
     return out[0].tolist()
 
 
-@pytest.mark.parametrize("method", ["w8af32", "w8abf16", "w8a8", "w4abf16", "w4abf16-rtn"])
+@pytest.mark.parametrize("method", ["w8af32", "w8abf16", "w8a8", "w4abf16", "w4abf16-rtn", "w6a16"])
 def test_quantized_model_saves_loads_and_gives_the_same_tokens(method, tmp_path):
     dtype = getattr(torch, quant.base_dtype(method))
     float_model = tiny_model("qwen2", seed=0, hidden=128).to(dtype)
     settings = {"calibration": windows()} if quant.method(method).calibrated else {}
     model, record = quant.quantize(copy.deepcopy(float_model), method, progress=False, **settings)
-    assert record.layers == 2 * 7 + (0 if method.startswith("w4") else 1)  # lm_head: int8, not int4
-    if method.startswith("w4"):
+    grouped = method.startswith("w4") or method == "w6a16"
+    assert record.layers == 2 * 7 + (0 if grouped else 1)  # lm_head: int8, not int4 / int6
+    if grouped:
         assert type(model.lm_head) is layers.Int8WeightOnlyLinear and record.settings["lm_head"] == "int8 weight-only"
     assert type(model.model.layers[0].mlp.down_proj).__name__.endswith("Linear")
     assert type(model.model.layers[0].mlp.down_proj) is not torch.nn.Linear
@@ -136,6 +161,9 @@ def test_a_truncated_checkpoint_is_a_clear_error(tmp_path):
     ("w4abf16", {"grid": 0, "calibration": "x"}, "grid=0: give 1-100 alpha steps"),
     ("w4abf16", {"o_proj": "fold", "calibration": "x"}, "o_proj='fold': choose divide or rtn"),
     ("w4abf16-rtn", {"lm_head": "int4"}, "lm_head='int4': choose int8 or bf16"),
+    ("w6a16", {}, "w6a16 \\(AWQ\\) needs calibration text"),
+    ("w6a16", {"group_size": 100, "calibration": "x"}, "group_size=100: w6a16 takes 32, 64, 128, 256"),
+    ("w6a16", {"calibration": "x"}, "layer 'model.layers.0.self_attn.q_proj': in_features 64 is not a multiple"),
     ("w4af16", {}, "unknown quantization method 'w4af16'. Did you mean 'w4abf16'\\?"),
 ])
 def test_bad_settings_are_clear_errors_and_change_nothing(method, settings, message):
