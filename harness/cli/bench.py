@@ -39,6 +39,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--preset", metavar="NAME",
                    help="the pair's settings measured best for this CPU class, e.g. 'fastest' (precisions, K, "
                         "reference precision; options given explicitly still win); see `python -m harness pairs`")
+    b.add_argument("--attention", metavar="NAME",
+                   help="attention implementation of target and draft: eager, sdpa (transformers' default) or "
+                        "flex_attention on a CPU; harness/core/attention.py")
+    b.add_argument("--fast-attention", action="store_true", default=None,
+                   help="the reference's fused attention kernel: flash_attention_2 on a GPU with flash-attn, "
+                        "sdpa on a CPU (says so)")
     b.add_argument("--do-sample", action="store_true", default=None, help="sample instead of greedy decoding")
     b.add_argument("--temperature", type=float_in(0.0, 100.0, lo_open=True))
     b.add_argument("--top-p", type=float_in(0.0, 1.0, lo_open=True))
@@ -64,7 +70,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 REFERENCE_SPELLINGS = {"--model_name": "--model-name", "--assisted_generation": "--assisted-generation",
                        "--draft_precision": "--draft-precision", "--target_precision": "--target-precision",
                        "--do_sample": "--do-sample", "--top_p": "--top-p", "--max_new_tokens": "--max-new-tokens",
-                       "--num_assistant_tokens": "--num-assistant-tokens"}
+                       "--num_assistant_tokens": "--num-assistant-tokens", "--fast_attention": "--fast-attention"}
 
 
 def reference_spellings(argv: list[str]) -> list[str]:
@@ -86,7 +92,7 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
         matrix, pair or matrix.defaults.pair, task=args.task, mode=args.mode,
         target_precision=args.target_precision, draft_precision=args.draft_precision,
         reference_precision=args.reference_precision, preset=args.preset, draft_vocab=args.draft_vocab,
-        do_sample=args.do_sample,
+        attention=args.attention, fast_attention=args.fast_attention, do_sample=args.do_sample,
         temperature=args.temperature, top_p=args.top_p, seed=args.seed, ks=args.ks, schedule=args.schedule,
         confidence_threshold=args.confidence_threshold, prompt_lookup=args.prompt_lookup,
         max_new_tokens=args.max_new_tokens, repeats=args.repeats, limit=args.limit, platform=args.platform,
@@ -94,6 +100,8 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     if args.draft_precision and cfg.draft_precision is None:
         raise HarnessError("--draft-precision has no effect with prompt-lookup decoding (no draft model)")
     print(report.machine_line(cfg), flush=True)
+    if cfg.attention.note:
+        print(cfg.attention.note, flush=True)
     result = bench.run_bench(matrix, cfg, progress=not args.no_progress)
     print()
     print(report.render_tables(result))

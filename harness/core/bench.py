@@ -15,6 +15,8 @@ from typing import Any
 import torch
 
 from harness.core import decode, descriptive, interleave, models, predict, prompts
+from harness.core.attention import AttentionChoice
+from harness.core.attention import resolve as resolve_attention
 from harness.core.errors import HarnessError
 from harness.core.decode import DecodeSettings
 from harness.core.generate import ASSISTED, PLAIN, PROMPT_LOOKUP, measure_generation
@@ -58,6 +60,7 @@ class BenchConfig:
     reference_precision: str | None = None  # a second plain arm at this precision (None: none)
     draft_vocab: int | None = None          # the draft scores only its N most frequent tokens
     preset: Preset | None = None            # the --preset these settings came from
+    attention: AttentionChoice = AttentionChoice(None)  # target's and draft's attention (None: transformers' default)
 
     @property
     def reference(self) -> Configuration | None:
@@ -119,6 +122,7 @@ def build_config(matrix: Matrix, pair_name: str, **overrides: Any) -> BenchConfi
     if reason := device_available(device):
         raise HarnessError(f"--platform {o.get('platform')}: {reason}")
     target_precision = o.get("target_precision", pair.target_precision)
+    attention = resolve_attention(o.get("attention"), fast=o.get("fast_attention", False), device=device)
     if device == "cpu":
         _require_kernels({"--target-precision": target_precision, "--draft-precision": draft_precision,
                           "--reference-precision": o.get("reference_precision")}, preset)
@@ -128,7 +132,7 @@ def build_config(matrix: Matrix, pair_name: str, **overrides: Any) -> BenchConfi
         draft_precision=draft_precision, ks=ks, settings=settings,
         repeats=o.get("repeats", matrix.defaults.repeats), limit=o.get("limit"), device=device,
         reference_precision=o.get("reference_precision"), preset=preset,
-        draft_vocab=o.get("draft_vocab") if draft_precision else None,
+        draft_vocab=o.get("draft_vocab") if draft_precision else None, attention=attention,
     )
 
 
@@ -143,23 +147,26 @@ def _require_kernels(options: dict[str, str | None], preset: Preset | None) -> N
 def _loaded_info(m: models.LoadedModel) -> dict[str, Any]:
     return {"name": m.name, "precision": m.precision, "path": str(m.path), "load_s": round(m.load_s, 2),
             "parameters": sum(p.numel() for p in m.model.parameters()), "quantization": m.quant_record,
-            "draft_head": m.draft_head}
+            "draft_head": m.draft_head, "attention": m.attention}
 
 
 def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
     from tqdm.auto import tqdm
 
-    target = models.load(matrix.model(cfg.pair.target), cfg.target_precision, cfg.device)
+    attention = cfg.attention.implementation
+    target = models.load(matrix.model(cfg.pair.target), cfg.target_precision, cfg.device, attention=attention)
     reference = None
     if cfg.reference:
         try:
-            reference = models.load(matrix.model(cfg.pair.target), cfg.reference.reference, cfg.device)
+            reference = models.load(matrix.model(cfg.pair.target), cfg.reference.reference, cfg.device,
+                                    attention=attention)
         except HarnessError as exc:
             raise HarnessError(f"--reference-precision {cfg.reference.reference}: {exc}") from None
     draft = None
     if cfg.run_assisted and cfg.assisted_mode == ASSISTED:
         assert cfg.pair.draft is not None and cfg.draft_precision is not None
-        draft = models.load(matrix.model(cfg.pair.draft), cfg.draft_precision, cfg.device, draft_vocab=cfg.draft_vocab)
+        draft = models.load(matrix.model(cfg.pair.draft), cfg.draft_precision, cfg.device, draft_vocab=cfg.draft_vocab,
+                            attention=attention)
     prompt_set = matrix.prompt_set_for(cfg.task, cfg.pair)
     prompt_list = prompts.load_prompts(prompt_set, target.tokenizer, limit=cfg.limit)
     encoded = [prompts.encode(p, target.tokenizer, chat_template=prompt_set.chat_template) for p in prompt_list]

@@ -397,6 +397,7 @@ class LoadedModel:
     load_s: float
     quant_record: dict[str, Any] | None = None
     draft_head: dict[str, Any] | None = None  # the output layer's token subset (harness/core/drafthead.py)
+    attention: str | None = None  # the attention implementation it runs (harness/core/attention.py)
 
 
 FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -416,9 +417,12 @@ def require_kernel(precision: str, *, named_by: str | None = None, via: str = ""
                            f"{', '.join(works)} (python -m harness doctor)")
 
 
-def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: int | None = None) -> LoadedModel:
+def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: int | None = None,
+         attention: str | None = None) -> LoadedModel:
     """Load a fetched model at a precision ('bf16', 'fp32', 'fp16', 'w8af32', ...). `draft_vocab`:
-    a draft's output layer scores only its N most frequent tokens (harness/core/drafthead.py)."""
+    a draft's output layer scores only its N most frequent tokens (harness/core/drafthead.py).
+    `attention`: transformers' attn_implementation (None: its default), set after quantizing, so a
+    cached quantized checkpoint does not depend on it (harness/core/attention.py)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -460,6 +464,21 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: i
 
         if device == "cpu" and (kernel := use_int8_kernel(model)):
             record.settings["int8_kernel"] = kernel  # how it ran, not how it was made (not in the cache key)
+    if attention:
+        _set_attention(model, spec.name, attention)
     log.info("loaded %s (%s) in %.1f s", spec.name, precision, time.perf_counter() - start)
     return LoadedModel(spec.name, precision, device, model, tokenizer, path, time.perf_counter() - start,
-                       record.as_dict() if record else None, head)
+                       record.as_dict() if record else None, head, attention_of(model))
+
+
+def _set_attention(model: Any, name: str, attention: str) -> None:
+    try:
+        model.set_attn_implementation(attention)
+    except (ValueError, ImportError) as exc:  # the architecture does not support it, or a package is missing
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise HarnessError(f"model {name!r}: --attention {attention}: {first}") from None
+
+
+def attention_of(model: Any) -> str | None:
+    """The attention implementation transformers resolved for a loaded model."""
+    return getattr(getattr(model, "config", None), "_attn_implementation", None)

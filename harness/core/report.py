@@ -98,6 +98,8 @@ def machine_line(cfg: BenchConfig) -> str:
     line = f"CPU class {capability.detect().why}\nprecisions {used}: {source}"
     if cfg.reference:
         line += f"\nreference  plain decoding at {cfg.reference.reference} runs beside plain {cfg.target_precision}"
+    if cfg.attention.implementation:
+        line += f"\nattention  {cfg.attention.implementation} for target and draft (harness/core/attention.py)"
     if cfg.draft_vocab:
         line += f"\ndraft head scores the {cfg.draft_vocab} most frequent tokens (harness/core/drafthead.py)"
     return line
@@ -111,7 +113,7 @@ def to_json(result: BenchResult, command: list[str] | None = None) -> dict[str, 
     settings.update({"ks": list(cfg.ks), "repeats": cfg.repeats, "assisted_mode": cfg.assisted_mode,
                      "target_precision": cfg.target_precision, "draft_precision": cfg.draft_precision,
                      "reference_precision": cfg.reference.reference if cfg.reference else cfg.target_precision,
-                     "draft_vocab": cfg.draft_vocab,
+                     "draft_vocab": cfg.draft_vocab, "attention": cfg.attention.implementation,
                      "run_plain": cfg.run_plain, "run_assisted": cfg.run_assisted, "limit": cfg.limit})
     settings["stop_sequences"] = list(settings["stop_sequences"])
     return {

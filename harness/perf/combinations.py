@@ -1,7 +1,8 @@
 """The perf gate's combinations: pair x precisions x platform x decoding x K, from matrix.toml's
 [perf] table, with an id that reads well:
     qwen-coder-1.5b+0.5b:bf16+w8af32-tensor:cpu:greedy:k6
-and the gate's settings (rounds, cap, tolerance floor, sampling) from the same table.
+(with :vN for a restricted draft vocabulary and :attn-NAME for an attention implementation other than
+transformers' default) and the gate's settings (rounds, cap, tolerance floor, sampling) from the same table.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Combination:
     mode: str  # assisted | prompt-lookup
     slow: bool = False
     draft_vocab: int | None = None  # the draft scores only its N most frequent tokens (a preset's draft_vocab)
+    attention: str | None = None    # target's and draft's attn_implementation (None: transformers' default)
 
     @property
     def precisions(self) -> str:
@@ -38,19 +40,22 @@ class Combination:
     @property
     def id(self) -> str:
         vocab = f":v{self.draft_vocab}" if self.draft_vocab else ""
-        return f"{self.pair}:{self.precisions}:{self.platform}:{self.decoding}:k{self.k}{vocab}"
+        attention = f":attn-{self.attention}" if self.attention else ""
+        return f"{self.pair}:{self.precisions}:{self.platform}:{self.decoding}:k{self.k}{vocab}{attention}"
 
     @property
-    def model_key(self) -> tuple[str, str, str | None, str, int]:
+    def model_key(self) -> tuple[str, str, str | None, str, int, str]:
         """Combinations with the same key share loaded models."""
-        return (self.pair, self.target_precision, self.draft_precision, self.device, self.draft_vocab or 0)
+        return (self.pair, self.target_precision, self.draft_precision, self.device, self.draft_vocab or 0,
+                self.attention or "")
 
     def as_request(self) -> dict[str, Any]:
-        """The fields a worker rebuilds it from; draft_vocab only when set, so that a worker of a
-        commit from before it still reads every other combination."""
+        """The fields a worker rebuilds it from; draft_vocab and attention only when set, so that a
+        worker of a commit from before them still reads every other combination."""
         fields = dataclasses.asdict(self)
-        if fields["draft_vocab"] is None:
-            del fields["draft_vocab"]
+        for optional in ("draft_vocab", "attention"):
+            if fields[optional] is None:
+                del fields[optional]
         return fields
 
 
@@ -79,7 +84,8 @@ def combinations(matrix: Matrix) -> list[Combination]:
                     combo = Combination(pair=pair.name, target_precision=target_p, draft_precision=draft_p or None,
                                         platform=platform, device=matrix.platform(platform).device,
                                         decoding=decoding, k=k, mode=pair.mode,
-                                        slow=entry.get("slow", False), draft_vocab=vocab)
+                                        slow=entry.get("slow", False), draft_vocab=vocab,
+                                        attention=entry.get("attention"))
                     if combo.id in out:
                         if not by_class and combo.id not in chosen:
                             raise RegistryError(f"{matrix.path}: perf.combinations: {combo.id} is listed twice; "

@@ -60,12 +60,12 @@ def load_pair(matrix: Matrix, combo: Combination, *, slowdown: float = 0.0, plan
     """The pair's models at the combination's precisions; `slowdown` plants a slower forward pass
     into the target's or the draft's model (plant_into), to check the gate itself."""
     pair = matrix.pair(combo.pair)
-    target = models.load(matrix.model(pair.target), combo.target_precision, combo.device)
+    target = models.load(matrix.model(pair.target), combo.target_precision, combo.device, attention=combo.attention)
     draft = None
     if combo.mode == ASSISTED:
         assert pair.draft and combo.draft_precision
         draft = models.load(matrix.model(pair.draft), combo.draft_precision, combo.device,
-                            draft_vocab=combo.draft_vocab)
+                            draft_vocab=combo.draft_vocab, attention=combo.attention)
     if slowdown:
         victim = draft if plant_into == "draft" else target
         if victim is None:

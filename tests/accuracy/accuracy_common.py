@@ -35,9 +35,9 @@ def skip_if_model_missing() -> Iterator[None]:
 
 
 @lru_cache(maxsize=2)  # the current pair's target and draft; earlier models are released (24 GiB here)
-def load(name: str, precision: str, draft_vocab: int | None = None) -> models.LoadedModel:
+def load(name: str, precision: str, draft_vocab: int | None = None, attention: str | None = None) -> models.LoadedModel:
     with skip_if_model_missing():
-        return models.load(matrix().model(name), precision, draft_vocab=draft_vocab)
+        return models.load(matrix().model(name), precision, draft_vocab=draft_vocab, attention=attention)
 
 
 def humaneval_rows(plain: Sequence[dict[str, Any]], assisted: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,9 +14,11 @@ from accuracy_common import load, matrix, save
 
 pytestmark = [pytest.mark.accuracy, pytest.mark.real]
 
-# (pair, target precision, draft precision or None, max new tokens, marks)
+# (pair, target precision, draft precision or None, max new tokens, marks[, attention of both models])
 COMBINATIONS = [
     ("smollm2-135m+self", "fp32", "fp32", 64, []),
+    # eager attention (harness/core/attention.py) instead of transformers' default sdpa
+    ("smollm2-135m+self", "fp32", "fp32", 64, [], "eager"),
     ("smollm2-135m+self", "bf16", "w8af32", 64, []),
     # a quantized target: per-token activation scales keep a verified block equal to one token at a time
     ("smollm2-135m+self", "w8af32", "w8af32", 64, []),
@@ -27,6 +29,8 @@ COMBINATIONS = [
     # the pair's fastest preset for this CPU class (bench --preset fastest): precisions and K
     ("qwen-coder-1.5b+0.5b", "fastest", "fastest", 48, []),
     ("qwen-coder-1.5b+0.5b", "bf16", "w8af32-tensor", 48, [pytest.mark.slow]),  # the pair's default draft
+    ("qwen-coder-1.5b+0.5b", "bf16", "w8af32-tensor", 48, [], "eager"),
+    ("qwen-coder-1.5b+0.5b", "w6a16", "w8af32-tensor", 48, [pytest.mark.slow]),  # the reference's 6-bit target
     ("qwen-coder-1.5b+0.5b", "bf16", "w8af32", 48, [pytest.mark.slow]),
     ("qwen-coder-1.5b+0.5b", "bf16", "bf16", 48, [pytest.mark.slow]),
     ("qwen-coder-1.5b+0.5b", "w4abf16", "bf16", 48, [pytest.mark.slow]),
@@ -37,13 +41,18 @@ COMBINATIONS = [
 ]
 
 
+def _attention(c) -> str | None:
+    return c[5] if len(c) > 5 else None
+
+
 def _id(c):
-    return f"{c[0]}:{c[1]}+{c[2] or 'lookup'}"
+    return f"{c[0]}:{c[1]}+{c[2] or 'lookup'}" + (f":attn-{_attention(c)}" if _attention(c) else "")
 
 
 @pytest.mark.parametrize("combo", [pytest.param(c, marks=c[4], id=_id(c)) for c in COMBINATIONS])
 def test_assisted_equals_plain(combo):
-    pair_name, tp, dp, max_new, _ = combo
+    pair_name, tp, dp, max_new = combo[:4]
+    attention = _attention(combo)
     if tp == "fp32" and "1.5b" in pair_name:
         import psutil
 
@@ -63,8 +72,10 @@ def test_assisted_equals_plain(combo):
         tp, dp, k, vocab = (preset.target_precision, preset.draft_precision, preset.num_assistant_tokens,
                             preset.draft_vocab)
         print(f"\n{pair_name} preset {preset.name} on CPU class {m.cpu_class}: {tp}+{dp}, K={k} ({preset.why})")
-    target = load(pair.target, tp)
-    draft = load(pair.draft, dp, draft_vocab=vocab) if dp else None
+    target = load(pair.target, tp, attention=attention)
+    draft = load(pair.draft, dp, draft_vocab=vocab, attention=attention) if dp else None
+    if attention:
+        assert (target.attention, draft.attention if draft else attention) == (attention, attention)
     prompt_set = m.prompt_set(pair.prompt_set)
     mode = ASSISTED if draft else PROMPT_LOOKUP
     settings = decode.for_pair(pair, max_new_tokens=max_new, prompt_lookup_ngram=m.defaults.prompt_lookup_ngram,
