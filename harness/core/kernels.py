@@ -130,7 +130,7 @@ KERNEL = {"bf16": "oneDNN/ATen bf16 matmul", "fp32": "oneDNN/MKL fp32 matmul", "
           "w8af32": "per-token int8 GEMM", "w8af32-tensor": "fbgemm dynamic int8 (torch.ao)",
           "w8abf16": "aten._weight_int8pack_mm", "w8a8": "per-token int8 GEMM",  # which one: INT8_KERNEL
           "w4abf16": "aten._weight_int4pack_mm_for_cpu", "w4abf16-rtn": "aten._weight_int4pack_mm_for_cpu",
-          "w6a16": "aten._weight_int8pack_mm (6-bit groups)"}
+          "w6a16": "aten._weight_int8pack_mm (6-bit)"}
 
 
 def kernel_name(precision: str) -> str:
