@@ -31,9 +31,10 @@ class HostCheck:
 
 
 def check(record: Mapping[str, Any], baseline_file: str, software_here: Mapping[str, str],
-          probe_here: Callable[[], dict[str, Any]] | None) -> HostCheck:
+          probe_here: Callable[[], dict[str, Any]] | None, threshold: float = hostspeed.THRESHOLD) -> HostCheck:
     """The check of one stored combination. `probe_here` measures this host's probe (called only
-    when the record has a probe to compare with); None where the probe does not apply (a GPU)."""
+    when the record has a probe to compare with); None where the probe does not apply (a GPU).
+    `threshold`: --perf-host-threshold."""
     out = HostCheck()
     changed = software_changes(record["versions"], software_here)
     if changed:
@@ -48,7 +49,7 @@ def check(record: Mapping[str, Any], baseline_file: str, software_here: Mapping[
                          f"`{UPDATE_COMMAND}`")
         return out
     here = probe_here()
-    host = hostspeed.compare(stored, here)
+    host = hostspeed.compare(stored, here, threshold)
     if host is None:
         out.notes.append(f"{baseline_file} records a host-speed probe of version {stored.get('version')} (this "
                          f"harness measures version {here['version']}): the host cannot be checked; record a new "

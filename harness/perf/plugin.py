@@ -67,6 +67,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="a statistical FAIL is measured again with fresh rounds and reported only if it fails "
                      "again; a failure seen once becomes UNDECIDED (default: on; off is faster when a "
                      "regression is expected)")
+    g.addoption("--perf-host-threshold", type=float, default=hostspeed.THRESHOLD, metavar="FRACTION",
+                help="how far a rate of this host's speed probe may be from the one stored with a baseline before "
+                     f"the stored gate defers to the A/B gate (default {hostspeed.THRESHOLD}; widen it on a host "
+                     "whose own probe spreads more: benchmarks/hostspeed_spread.py measures that)")
     g.addoption("--perf-report-dir", default="results/perf", metavar="DIR",
                 help="where results.json, summary.md and speedup.png go (default: results/perf)")
     g.addoption("--perf-plant-into", choices=("target", "draft"), default="target",
@@ -95,6 +99,9 @@ def _check_options(config: pytest.Config) -> None:
     tol = config.getoption("perf_tolerance")
     if tol is not None and not 0 < tol < 1:  # NaN fails the comparison too
         bad("--perf-tolerance", f"{tol}: give a fraction between 0 and 1, e.g. 0.1 for 10%")
+    host_threshold = config.getoption("perf_host_threshold")
+    if not host_threshold > 0:  # NaN fails the comparison too
+        bad("--perf-host-threshold", f"{host_threshold}: give a fraction above 0, e.g. 0.25 for 25%")
     planted = config.getoption("perf_plant_slowdown")
     if not 0 <= planted <= 10:
         bad("--perf-plant-slowdown", f"{planted}: give a fraction between 0 and 10")
@@ -335,7 +342,8 @@ def _host_check(session: PerfSession, combo: Combination, baseline: dict[str, An
     """Software versions and host speed against the baseline's (harness/perf/host.py); its notes
     go to the end of the run once each."""
     probe = session.host_probe if combo.device == "cpu" else None  # the probe measures the CPU
-    checked = host.check(baseline, str(session.baseline_path(combo.device)), software_versions(), probe)
+    checked = host.check(baseline, str(session.baseline_path(combo.device)), software_versions(), probe,
+                         threshold=session.config.getoption("perf_host_threshold"))
     session.note(*checked.notes)
     return checked
 

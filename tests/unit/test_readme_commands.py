@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.core import registry
+
 
 REPO = Path(__file__).resolve().parents[2]
 PYTEST = shutil.which("pytest", path=str(Path(sys.executable).parent)) or "pytest"
@@ -31,7 +33,10 @@ def test_pytest_m_perf_from_the_repository_root():
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "import file mismatch" not in r.stdout
     ids = collected(r)
-    assert "tests/perf/test_perf_gate.py::test_perf[qwen-coder-1.5b+0.5b:bf16+w8af32-tensor:cpu:greedy:k6]" in ids
+    # the default pair with this CPU class's precisions and K (amx: bf16+w8af32-tensor, k6)
+    pair = registry.load_matrix().pair("qwen-coder-1.5b+0.5b")
+    default = f"qwen-coder-1.5b+0.5b:{pair.precisions}:cpu:greedy:k{pair.num_assistant_tokens}"
+    assert f"tests/perf/test_perf_gate.py::test_perf[{default}]" in ids
     assert all("tests/perf/" in line for line in ids)
 
 
