@@ -32,7 +32,7 @@ COMMITTED = next((REPO / "baselines").glob("cpu-*.json"))  # a real record to bu
 def fake_config(directory: Path, **options) -> SimpleNamespace:
     values = {"perf_repeats": None, "perf_max_repeats": None, "perf_tolerance": None, "baselines_dir": str(directory),
               "update_baselines": False, "perf_plant_slowdown": 0.0, "perf_plant_into": "target",
-              "perf_report_dir": str(directory / "reports"), **options}
+              "perf_report_dir": str(directory / "reports"), "perf_host_threshold": hostspeed.THRESHOLD, **options}
     return SimpleNamespace(getoption=values.__getitem__, stash=pytest.Stash())
 
 

@@ -23,10 +23,11 @@ from tiny_models import write_local_matrix
 REPO = Path(__file__).resolve().parents[2]
 GATE = REPO / "tests" / "perf" / "test_perf_gate.py"
 CID = "tiny+draft:fp32+fp32:cpu:greedy:k4"
-# the decision threshold sits at 1 - T/2 = 0.6 of the baseline: a planted 6x slower forward pass
+# the decision threshold sits at 1 - T/2 = 0.55 of the baseline: a planted 6x slower forward pass
 # must land below it, unchanged code above it. Wide, because a tiny model's speed differs between
-# processes by tens of percent (memory placement), and the baseline was measured in another one.
-TOLERANCE = "0.8"
+# processes by tens of percent (memory placement; an AMD EPYC host ran a whole process 29% slower
+# than the one that measured the baseline), and the baseline was measured in another one.
+TOLERANCE = "0.9"
 SLOWDOWN = "5"
 # The tests of verdicts compare whatever the host-speed probe says: on a shared host the probe's
 # own rates differ between two processes seconds apart by more than its 25% default (an AMD EPYC
@@ -47,16 +48,21 @@ def gate(matrix: Path, directory: Path, *args: str, tolerance: str = TOLERANCE,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def gate_until(ok, *args, attempts: int = 3, **kw) -> subprocess.CompletedProcess:
+def gate_until(ok, *args, attempts: int = 3, remeasure: bool = False, **kw) -> subprocess.CompletedProcess:
     """The gate run again (at most `attempts` times) until `ok(result)` holds. Only for the outcomes
     that need a quiet spell on a shared 2-core machine (another tenant can take the cores for a whole
     tiny run: CI once saw plain tokens/s at 0.23x its baseline). The false-alarm and detection rates
     of the statistics are measured elsewhere (benchmarks/gate_power.py, test_gate_stats); this test
-    checks the plumbing end to end, so a burst earns a re-run, never a pass of a broken path."""
-    for _ in range(attempts):
+    checks the plumbing end to end, so a burst earns a re-run, never a pass of a broken path.
+    `remeasure`: before a re-run, measure the baselines again (args: matrix, directory first), for a
+    check against a baseline whose process ran at another speed than this host's later ones."""
+    for attempt in range(attempts):
         r = gate(*args, **kw)
         if ok(r):
             return r
+        if remeasure and attempt + 1 < attempts:
+            update = gate(args[0], args[1], "--update-baselines")
+            assert update.returncode == 0, update.stdout + update.stderr
     return r
 
 
@@ -120,7 +126,7 @@ def test_the_verdict_moves_with_a_planted_slowdown(workspace):
     # nothing fails (a cap of 12 rounds: a tiny model's round is milliseconds, where scheduler
     # jitter is large, and the prompt-lookup one may stay undecided)
     same = gate_until(lambda r: r.returncode == 0 and verdicts(directory).get(CID) == "pass",
-                      matrix, directory, "--perf-max-repeats", "12")
+                      matrix, directory, "--perf-max-repeats", "12", remeasure=True)
     assert same.returncode == 0, same.stdout
     assert verdicts(directory)[CID] == "pass", (directory / "reports" / "summary.md").read_text()
     assert "exact pass" in same.stdout and "FAIL" not in same.stdout
@@ -132,7 +138,7 @@ def test_the_verdict_moves_with_a_planted_slowdown(workspace):
     assert slowed.returncode == 1, slowed.stdout
     assert verdicts(directory) == {CID: "fail"}
     for part in (f"perf regression in {CID}", "plain_tokens_per_sec: baseline median", "measured median",
-                 "tolerance 80%", "Welch t =", "FAIL",
+                 "tolerance 90%", "Welch t =", "FAIL",
                  f"If the change is intended, update this machine's baseline: pytest -m perf --update-baselines -k '{CID}'"):
         assert part in slowed.stdout
 
