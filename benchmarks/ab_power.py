@@ -1,6 +1,6 @@
 """How well does the A/B gate tell a slower commit from noise on this machine?
 
-Runs whole A/B gates (harness/perf/ab.py) of the working tree against a base revision, with a
+Runs whole A/B gates (harness/perf/ab/gate.py) of the working tree against a base revision, with a
 slowdown planted in the candidate's target forward pass only (0 = A/A), and records each finished
 gate to a JSON-lines file, so an interrupted run resumes where it stopped. Then prints, per
 planted level: detection (REGRESSION) and false-alarm rates, UNDECIDED, rounds and minutes per gate;
@@ -26,11 +26,12 @@ from pathlib import Path
 from harness.core import registry
 from pytest_benchmark.utils import parse_compare_fail
 
-from harness.perf import paired, revision, stats
-from harness.perf.ab import ABGate, ABSettings
-from harness.perf.arms import Arm
+from harness.perf.ab import paired, revision
+from harness.perf.stored import stats
+from harness.perf.ab.gate import ABGate, ABSettings
+from harness.perf.ab.arms import Arm
 from harness.perf.combinations import Combination, PerfSettings
-from harness.perf.runner import METRICS
+from harness.perf.record import METRICS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,7 +72,7 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed) -> dict:
     return {"level": level, "outcome": result.outcome, "rounds": result.rounds, "redone": result.redone,
             "restart_every": ab.restart_every,
             "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
-            "arms": {arm: {m: [s[m] for s in samples] for m in METRICS} for arm, samples in result.samples.items()},
+            "arms": {arm: {m: [s.metric(m) for s in samples] for m in METRICS} for arm, samples in result.samples.items()},
             "verdicts": {m: d.verdict for m, d in result.decisions.items()}}
 
 
@@ -148,7 +149,7 @@ def report(done: list[dict], levels: list[float], settings: PerfSettings, args) 
 
 def stored_gate_fails(stored: dict[str, list[float]], measured: dict[str, list[float]],
                       settings: PerfSettings) -> tuple[bool, float]:
-    """The stored-baseline gate's rule (harness/perf/stats.py) on these rounds: the tolerance it would
+    """The stored-baseline gate's rule (harness/perf/stored/stats.py) on these rounds: the tolerance it would
     calibrate from the stored rounds (as `pytest -m perf --update-baselines` does), then each metric's
     comparison at the cap. Returns (failed, the widest tolerance it used)."""
     alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, settings.looks())
@@ -158,7 +159,7 @@ def stored_gate_fails(stored: dict[str, list[float]], measured: dict[str, list[f
         tol = stats.calibrated_tolerance(stored[m], cap=settings.max_rounds, alpha=alpha, drift=drift,
                                          floor=settings.tolerance_floor)
         d = stats.compare_samples(m, stored[m], measured[m], tol, alpha=alpha, at_cap=True, drift_sd=drift)
-        failed |= d.verdict == stats.FAIL
+        failed |= d.verdict == stats.REGRESSION
         widest = max(widest, tol)
     return failed, widest
 

@@ -4,7 +4,7 @@ Plants slowdowns (default 0, 5, 10, 25%) into the target's forward pass, measure
 gate rounds at every level (levels interleaved round by round, so all see the same machine), then
 replays the gate many times on resamples of those rounds:
 
-  * our gate: harness/perf/verdict.py's sequential indifference-zone test (rounds, +batch while inconclusive,
+  * our gate: harness/perf/stored/verdict.py's sequential indifference-zone test (rounds, +batch while inconclusive,
     cap), failing if any of speedup / assisted tokens/s / plain tokens/s fails, at the fixed
     --tolerance and at the tolerance calibrated from the replay's own baseline half; the
     between-run spread is estimated from the unslowed pool in time order (blocks of drift_block);
@@ -29,9 +29,10 @@ import time
 from pathlib import Path
 
 from harness.core import descriptive, interleave, jsonio, registry
-from harness.perf import stats
+from harness.perf.stored import stats
 from harness.perf.combinations import Combination, PerfSettings
-from harness.perf.runner import METRICS, PlantedSlowdown, Runner, load_pair
+from harness.perf.record import METRICS
+from harness.perf.runner import PlantedSlowdown, Runner, load_pair
 
 
 def measure_pools(matrix, combo, settings, levels, pool, progress=True):
@@ -70,8 +71,8 @@ def our_gate(rng, base, meas, settings, tolerance, drift):
         verdicts = [stats.compare_samples(m, base[m], [meas[m][i] for i in picks], tolerance[m], alpha=alpha,
                                           at_cap=at_cap, drift_sd=drift[m][0]).verdict
                     for m in METRICS]
-        if stats.FAIL in verdicts:
-            return stats.FAIL, len(picks)
+        if stats.REGRESSION in verdicts:
+            return stats.REGRESSION, len(picks)
         if stats.UNDECIDED in verdicts:
             return stats.UNDECIDED, len(picks)
         if stats.INCONCLUSIVE not in verdicts:
@@ -97,7 +98,7 @@ def parametric_rates(rng, pools, levels, settings, tolerance, trials):
 
     out = {}
     for lv in levels:
-        counts = {stats.PASS: 0, stats.FAIL: 0, stats.UNDECIDED: 0}
+        counts = {stats.PASS: 0, stats.REGRESSION: 0, stats.UNDECIDED: 0}
         used = []
         for _ in range(trials):
             base = run(0.0, settings.max_rounds)
@@ -107,7 +108,7 @@ def parametric_rates(rng, pools, levels, settings, tolerance, trials):
             verdict, rounds = our_gate(rng, base, run(lv, settings.max_rounds), settings, tol, drift)
             counts[verdict] += 1
             used.append(rounds)
-        out[lv] = {"fail": counts[stats.FAIL] / trials, "undecided": counts[stats.UNDECIDED] / trials,
+        out[lv] = {"fail": counts[stats.REGRESSION] / trials, "undecided": counts[stats.UNDECIDED] / trials,
                    "rounds": statistics.fmean(used)}
     return out
 
@@ -219,7 +220,7 @@ def replay_table(rng, levels, pools, settings, cal, args, round_s):
                "pytest_benchmark_minutes": settings.rounds * round_s / 60}
         cells = []
         for name in ("fixed", "calibrated"):
-            fail = counts[name].get(stats.FAIL, 0) / args.trials
+            fail = counts[name].get(stats.REGRESSION, 0) / args.trials
             und = counts[name].get(stats.UNDECIDED, 0) / args.trials
             minutes = statistics.fmean(used[name]) * round_s / 60
             row[name] = {"fail": fail, "undecided": und, "minutes": minutes}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import harness
 from harness.core.errors import HarnessError
-from harness.perf import reference, revision
+from harness.perf.ab import reference, revision
 
 MARKER = "perf and not slow"
 
@@ -81,10 +81,11 @@ def ab_run(repo: Path, marker: str) -> list[str]:
         results = json.loads(report.read_text())["results"]
     if done.returncode != 0:
         results.append({"verdict": "regression", "combination": f"the A/B run (pytest exit {done.returncode}: a "
-                        "regression, an error or an undecided gate; see above)", "ab_decisions": {}})
+                        "regression, an error or an undecided gate; see above)", "decisions": {}})
     lines = []
     for r in results:
-        changes = ", ".join(f"{m} {d['verdict'].upper() if d['verdict'] != 'pass' else 'pass'} "
-                            f"{d['change'] * 100:+.1f}%" for m, d in r.get("ab_decisions", {}).items())
-        lines.append(f"{r['verdict']}: {r['combination']} vs {r.get('base', '?')}, {r.get('rounds', '?')} rounds: {changes}")
+        changes = ", ".join(f"{m} {d['verdict'].upper()} {d['change'] * 100:+.1f}%"
+                            for m, d in r.get("decisions", {}).items())
+        base, rounds = (r.get("ab") or {}).get("base", "?"), len(r.get("rounds", []))
+        lines.append(f"{r['verdict']}: {r['combination']} vs {base}, {rounds} rounds: {changes}")
     return lines

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.core.errors import RegistryError
 from harness.core.registry import CHOSEN, Matrix
-from harness.perf import paired
+from harness.perf.ab import paired
 
 log = logging.getLogger(__name__)
 

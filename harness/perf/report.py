@@ -13,48 +13,57 @@ from harness import __version__
 from harness.core import descriptive, jsonio
 from harness.core.errors import ResultsError
 from harness.core.registry import PACKAGE_DIR
+from harness.perf.outcome import Outcome
+from harness.perf.record import CombinationResult
 
 SCHEMA = PACKAGE_DIR / "schemas" / "perf-results.schema.json"
+SCHEMA_VERSION = 2  # 2: one record per combination (harness/perf/record.py), rounds in place of per-metric lists
 HEADERS = ["Combination", "Plain tok/s", "Assisted tok/s", "Speedup", "Acceptance", "Rounds", "Verdict", "Detail"]
+
+
+def _metric(r: dict[str, Any], name: str) -> list[float]:
+    return [rd[name] for rd in r["rounds"]]
 
 
 def _row(r: dict[str, Any]) -> list[str]:
     def med(key: str, fmt: str) -> str:
-        m = descriptive.median(r[key])
+        m = descriptive.median(_metric(r, key))
         return "-" if m is None else format(m, fmt)
 
     detail = ""
-    if r.get("mode") == "ab":
-        detail = f"vs base {r['base']}: " + ", ".join(
+    if r["gate"] == "ab":
+        ab = r["ab"]
+        detail = f"{ab['mode']}, vs base {ab['base']}: " + ", ".join(
             f"{m.replace('_tokens_per_sec', '')} {d['change'] * 100:+.1f}% [{(d['ci_low'] - 1) * 100:+.1f}, "
-            f"{(d['ci_high'] - 1) * 100:+.1f}]" for m, d in r["ab_decisions"].items())
-        if r["behaviour_changes"]:
-            detail += f", counters differ on {len(r['behaviour_changes'])} prompt(s)"
-    elif r["verdict"] == "deferred":
+            f"{(d['ci_high'] - 1) * 100:+.1f}]" for m, d in r["decisions"].items())
+        if ab["behaviour_changes"]:
+            detail += f", counters differ on {len(ab['behaviour_changes'])} prompt(s)"
+    elif r["verdict"] == Outcome.DEFERRED:
         detail = f"host probe {r['host']['headline']} than the baseline's host: gate it A/B (make perf-ab)"
-    elif "decisions" in r:
+    elif r["decisions"]:
         detail = ", ".join(f"{m.replace('_tokens_per_sec', '')} {(d['ratio'] - 1) * 100:+.1f}% "
                            f"(tol {d['tolerance']:.0%})" for m, d in r["decisions"].items())
         if r.get("exact"):
             detail += f", exact {r['exact']}"
-    elif "tolerance" in r:
+    elif r["tolerance"]:
         detail = "tolerance " + ", ".join(f"{m.replace('_tokens_per_sec', '')} {v:.0%}"
                                          for m, v in r["tolerance"].items() if m != "source")
     acc = "-" if r.get("acceptance_rate") is None else f"{r['acceptance_rate']:.0%}"
     return [r["combination"], med("plain_tokens_per_sec", ".2f"), med("assisted_tokens_per_sec", ".2f"),
-            med("speedup", ".2f") + "x", acc, str(len(r["speedup"])), r["verdict"].upper(), detail]
+            med("speedup", ".2f") + "x", acc, str(len(r["rounds"])), r["verdict"].upper(), detail]
 
 
-def summary_lines(results: list[dict[str, Any]]) -> list[str]:
-    rows = [_row(r) for r in results]
+def summary_lines(results: list[CombinationResult]) -> list[str]:
+    rows = [_row(r.to_json()) for r in results]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(HEADERS)]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return [fmt(HEADERS), fmt(["-" * w for w in widths]), *(fmt(row) for row in rows)]
 
 
-def write_all(results: list[dict[str, Any]], directory: Path) -> None:
+def write_all(records: list[CombinationResult], directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    doc = {"schema_version": 1, "harness_version": __version__,
+    results = [r.to_json() for r in records]
+    doc = {"schema_version": SCHEMA_VERSION, "harness_version": __version__,
            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "results": results}
     jsonio.validate(doc, SCHEMA, f"perf results for {directory}", ResultsError)
     jsonio.atomic_write_text(directory / "results.json", jsonio.dumps(doc, str(directory), ResultsError))
@@ -62,7 +71,7 @@ def write_all(results: list[dict[str, Any]], directory: Path) -> None:
     md = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)] + ["| " + " | ".join(r) + " |" for r in rows]
     jsonio.atomic_write_text(directory / "summary.md", "\n".join(md) + "\n")
     chart(results, directory / "speedup.png")
-    ab = [r for r in results if r.get("mode") == "ab"]
+    ab = [r for r in results if r["gate"] == "ab"]
     if ab:
         ab_chart(ab, directory / "ab.png")
 
@@ -74,18 +83,18 @@ def chart(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = [r["combination"] for r in results]
-    plain = [descriptive.median(r["plain_tokens_per_sec"]) or 0 for r in results]
-    assisted = [descriptive.median(r["assisted_tokens_per_sec"]) or 0 for r in results]
-    speedup = [descriptive.median(r["speedup"]) or 0 for r in results]
+    plain = [descriptive.median(_metric(r, "plain_tokens_per_sec")) or 0 for r in results]
+    assisted = [descriptive.median(_metric(r, "assisted_tokens_per_sec")) or 0 for r in results]
+    speedup = [descriptive.median(_metric(r, "speedup")) or 0 for r in results]
     fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(names) + 2), 4.8))
     xs = range(len(names))
     ax.bar([x - 0.2 for x in xs], plain, width=0.4, label="plain", color="#8c8c8c")
     ax.bar([x + 0.2 for x in xs], assisted, width=0.4, label="assisted", color="#2a7ab9")
     for x, a, s, r in zip(xs, assisted, speedup, results):
-        flag = {"fail": " FAIL", "regression": " REGRESSION", "undecided": " UNDECIDED",
-                "deferred": " DEFERRED"}.get(r["verdict"], "")
+        outcome = Outcome(r["verdict"])
+        flag = f" {outcome.word}" if outcome in (Outcome.REGRESSION, Outcome.UNDECIDED, Outcome.DEFERRED) else ""
         ax.annotate(f"{s:.2f}x{flag}", (x + 0.2, a), ha="center", va="bottom", fontsize=9,
-                    color={"fail": "#b22222", "regression": "#b22222", "undecided": "#c07000"}.get(r["verdict"], "black"))
+                    color={Outcome.REGRESSION: "#b22222", Outcome.UNDECIDED: "#c07000"}.get(outcome, "black"))
     ax.set_xticks(list(xs))
     ax.set_xticklabels(names, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("tokens/s (median)")
@@ -118,17 +127,17 @@ def ab_chart(results: list[dict[str, Any]], path: Path) -> None:
     colors = {"plain_tokens_per_sec": "#8c8c8c", "assisted_tokens_per_sec": "#2a7ab9", "speedup": "#2e8b57"}
     fig, axes = plt.subplots(len(results), 1, figsize=(9, 3.2 * len(results)), squeeze=False)
     for ax, r in zip(axes[:, 0], results):
-        for i, (metric, ratios) in enumerate(r["ratios"].items()):
-            d = r["ab_decisions"][metric]
+        for i, (metric, ratios) in enumerate(r["ab"]["ratios"].items()):
+            d = r["decisions"][metric]
             x = [n + 1 + (i - 1) * 0.15 for n in range(len(ratios))]
             ax.scatter(x, ratios, s=12, color=colors.get(metric, "black"), alpha=0.6,
                        label=f"{metric.replace('_tokens_per_sec', ' tok/s')}: {d['verdict'].upper()} "
                              f"{d['change'] * 100:+.1f}% [{(d['ci_low'] - 1) * 100:+.1f}, {(d['ci_high'] - 1) * 100:+.1f}]")
             ax.axhspan(d["ci_low"], d["ci_high"], color=colors.get(metric, "black"), alpha=0.12)
-        tolerance = next(iter(r["ab_decisions"].values()))["tolerance"]
+        tolerance = next(iter(r["decisions"].values()))["tolerance"]
         ax.axhline(1.0, color="black", lw=0.8)
         ax.axhline(1 - tolerance / 2, color="#b22222", lw=0.8, ls="--", label=f"threshold -{tolerance / 2:.0%}")
-        ax.set_title(f"{r['combination']}: {r['verdict'].upper()}\ncandidate {r['candidate']} vs base {r['base']}",
+        ax.set_title(f"{r['combination']}: {r['verdict'].upper()}\ncandidate {r['ab']['candidate']} vs base {r['ab']['base']} ({r['ab']['mode']})",
                      fontsize=9)
         ax.set_xlabel("paired round")
         ax.set_ylabel("candidate / base")

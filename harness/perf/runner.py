@@ -12,7 +12,7 @@ import datetime as _dt
 import logging
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from harness import __version__
@@ -21,13 +21,11 @@ from harness.core.decode import DecodeSettings
 from harness.core.generate import ASSISTED, PLAIN, measure_generation
 from harness.core.record import GenerationResult
 from harness.core.registry import Matrix, PairSpec
-from harness.perf import stats
+from harness.perf.stored import stats
 from harness.perf.combinations import Combination, PerfSettings
+from harness.perf.record import METRICS, Round, Samples
 
 log = logging.getLogger(__name__)
-
-METRICS = ("speedup", "assisted_tokens_per_sec", "plain_tokens_per_sec")
-
 
 @dataclass
 class LoadedPair:
@@ -76,26 +74,6 @@ def load_pair(matrix: Matrix, combo: Combination, *, slowdown: float = 0.0, plan
     return LoadedPair(combo.model_key, target, draft)
 
 
-def acceptance_rate(counters: dict[str, dict[str, int]]) -> float | None:
-    """Accepted / drafted over one round's prompts; None without drafted tokens."""
-    drafted = sum(c["drafted"] for c in counters.values())
-    return sum(c["accepted"] for c in counters.values()) / drafted if drafted else None
-
-
-@dataclass
-class Samples:
-    plain_tokens_per_sec: list[float] = field(default_factory=list)
-    assisted_tokens_per_sec: list[float] = field(default_factory=list)
-    speedup: list[float] = field(default_factory=list)
-    counters: list[dict[str, dict[str, int]]] = field(default_factory=list)  # per round: prompt -> counters
-
-    def rounds(self) -> int:
-        return len(self.speedup)
-
-    def metric(self, name: str) -> list[float]:
-        return getattr(self, name)
-
-
 class Runner:
     """Measures one combination round by round."""
 
@@ -120,13 +98,14 @@ class Runner:
     def warmup(self) -> None:
         interleave.warm_up((PLAIN, self.combo.mode), lambda mode, s: self._run(mode, self.inputs[0], s), self.decode)
 
-    def round(self) -> None:
+    def round(self) -> Round:
         """One sample of every metric: each prompt plain and assisted, order alternating by round."""
         n = self.samples.rounds()
         order = interleave.abba((PLAIN, self.combo.mode), n)
         decode_s = {PLAIN: 0.0, self.combo.mode: 0.0}
         decode_tokens = {PLAIN: 0, self.combo.mode: 0}
         counters: dict[str, dict[str, int]] = {}
+        cpu0, t0 = time.process_time(), time.perf_counter()
         for prompt, ids in zip(self.prompts, self.inputs):
             settings = dataclasses.replace(self.decode, seed=n)  # sampled: same seed for both modes
             for mode in order:
@@ -138,10 +117,10 @@ class Runner:
                                            "accepted": r.accepted or 0, "target_forwards": r.target_forwards}
         plain = decode_tokens[PLAIN] / decode_s[PLAIN]
         assisted = decode_tokens[self.combo.mode] / decode_s[self.combo.mode]
-        self.samples.plain_tokens_per_sec.append(plain)
-        self.samples.assisted_tokens_per_sec.append(assisted)
-        self.samples.speedup.append(assisted / plain)
-        self.samples.counters.append(counters)
+        done = Round(plain_tokens_per_sec=plain, assisted_tokens_per_sec=assisted, speedup=assisted / plain,
+                     counters=counters, cpu_s=time.process_time() - cpu0, wall_s=time.perf_counter() - t0)
+        self.samples.add(done)
+        return done
 
     # ----------------------------------------------------------------------------------------
     def exact_counters(self) -> dict[str, dict[str, int]] | None:

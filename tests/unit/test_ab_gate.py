@@ -42,7 +42,7 @@ def ab(tiny, *args: str, tolerance: str = "0.5") -> tuple[subprocess.CompletedPr
 
 def workers_left() -> list[str]:
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in ps.splitlines() if "harness.perf.worker" in line]
+    return [line for line in ps.splitlines() if re.search(r"harness\.perf\.(ab\.)?worker", line)]
 
 
 def test_the_verdict_moves_with_a_slowdown_planted_in_the_candidate(tiny):
@@ -51,15 +51,19 @@ def test_the_verdict_moves_with_a_slowdown_planted_in_the_candidate(tiny):
         if rec.get("verdict") == "pass":
             break
     assert same.returncode == 0 and rec["verdict"] == "pass", same.stdout[-3000:]
-    assert rec["mode"] == "ab" and rec["base"].startswith("HEAD ") and rec["rounds"] >= 3
-    assert set(rec["ratios"]) == {"speedup", "assisted_tokens_per_sec", "plain_tokens_per_sec"}
-    assert rec["behaviour_changes"] == []  # one code, one behaviour: greedy counters equal
+    assert rec["gate"] == "ab" and rec["ab"]["base"].startswith("HEAD ") and len(rec["rounds"]) >= 3
+    assert set(rec["ab"]["ratios"]) == {"speedup", "assisted_tokens_per_sec", "plain_tokens_per_sec"}
+    assert rec["ab"]["behaviour_changes"] == []  # one code, one behaviour: greedy counters equal
+    # side by side (--perf-duet auto on 2 cores): one core per arm, swapped every round
+    if rec["ab"]["mode"] == "duet":
+        cores = [(c["cpu"], b["cpu"]) for c, b in zip(rec["rounds"], rec["ab"]["base_rounds"])]
+        assert all(c != b for c, b in cores) and cores[0] == cores[1][::-1], cores
     assert (tiny[1] / "reports" / "ab.png").stat().st_size > 0
 
     slowed, rec = ab(tiny, "--perf-plant-slowdown", "3", "--perf-max-repeats", "15")
     assert slowed.returncode == 1, slowed.stdout[-3000:]
     assert rec["verdict"] == "regression"
-    assert rec["rounds"] < 15  # a regression ends the gate before the cap (paired.settled)
+    assert len(rec["rounds"]) < 15  # a regression ends the gate before the cap (paired.settled)
     assert f"perf regression in {CID}: candidate working tree" in slowed.stdout
     assert "against base HEAD" in slowed.stdout
     # the gate stops at the first metric that regressed: plain or assisted, whichever settles first

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.perf import loadguard, revision
-from harness.perf.arms import Arm, ArmError
+from harness.perf.ab import loadguard, revision
+from harness.perf.ab.arms import Arm, ArmError
 
 REPO = Path(__file__).resolve().parents[2]
 PREDATES = "6040276"  # a commit of this repository older than the A/B gate
@@ -64,7 +64,7 @@ def test_a_revision_older_than_the_gate_is_refused():
 def test_head_checks_out_once_and_a_dirty_worktree_is_refused(tmp_path):
     tree = revision.checkout(REPO, "HEAD", root=tmp_path)
     try:
-        assert (tree.path / revision.WORKER).is_file() and len(tree.commit) == 40
+        assert (tree.path / (tree.worker.replace(".", "/") + ".py")).is_file() and len(tree.commit) == 40
         assert revision.checkout(REPO, "HEAD", root=tmp_path).path == tree.path  # reused
         (tree.path / "harness" / "__init__.py").write_text("# edited\n")
         with pytest.raises(revision.RevisionError, match="is not a clean checkout .*git worktree remove --force"):

@@ -1,4 +1,4 @@
-"""The A/B gate's paired statistics (harness/perf/paired.py): verdicts on simulated per-round
+"""The A/B gate's paired statistics (harness/perf/ab/paired.py): verdicts on simulated per-round
 ratios, and the sequential procedure's error rates on many simulated gates."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from harness.perf import paired
+from harness.perf.ab import paired
 
 TOL = 0.10
 CLEAR = paired.Design(tolerance=TOL, tests=1, looks=1, family_alpha=0.002, miss_rate=0.001)
@@ -23,7 +23,7 @@ def test_clear_changes_are_called(change, verdict):
     d = paired.decide("speedup", ratios(random.Random(1), change, 0.02, 12), CLEAR, at_cap=False)
     assert d.verdict == verdict
     assert d.ci_low < 1 + change < d.ci_high and d.rounds == 12
-    assert d.describe().startswith(f"speedup: {verdict.upper() if verdict != paired.PASS else 'pass'}, candidate/base")
+    assert d.describe().startswith(f"speedup: {verdict.word}, candidate/base")
 
 
 def test_a_gate_stops_at_a_regression_or_when_every_metric_is_decided():

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from harness.core.platform import platform_id
-from harness.perf import baselines
-from harness.perf.baselines import BaselineError
+from harness.perf.stored import baselines
+from harness.perf.stored.baselines import BaselineError
 
 PID = platform_id("cpu", "Test CPU", None, "amx", 2)  # cpu-test-amx-2c
 V2_PID = "cpu-test-cpu-2c-0123abcd"  # a version-2 id: the hash covered the library versions

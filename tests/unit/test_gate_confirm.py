@@ -7,9 +7,9 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-from harness.perf.runner import METRICS, Samples
-from harness.perf.verdict import Verdict, confirm, evaluate
-from harness.perf import stats
+from harness.perf.record import METRICS, Round, Samples
+from harness.perf.stored.verdict import Verdict, confirm, evaluate
+from harness.perf.stored import stats
 
 SETTINGS = SimpleNamespace(rounds=8, batch=8, max_rounds=16, looks=lambda: 2, tolerance_override=None)
 
@@ -28,10 +28,8 @@ class ScriptedRunner:
         plain_level, assisted_level = level if isinstance(level, tuple) else (level, level)
         noise = lambda: self.rng.lognormvariate(0, 0.03)  # noqa: E731
         plain, assisted = 10 * plain_level * noise(), 20 * assisted_level * noise()
-        self.samples.plain_tokens_per_sec.append(plain)
-        self.samples.assisted_tokens_per_sec.append(assisted)
-        self.samples.speedup.append(assisted / plain)
-        self.samples.counters.append({})
+        self.samples.add(Round(plain_tokens_per_sec=plain, assisted_tokens_per_sec=assisted, speedup=assisted / plain,
+                               counters={}))
 
     def exact_counters(self):
         return None
@@ -61,7 +59,7 @@ def first_then_confirm(levels: list[float]) -> tuple[Verdict, Verdict]:
 
 def test_a_burst_of_contention_is_undecided_not_failed():
     first, final = first_then_confirm([0.25] * 16 + [1.0] * 16)
-    assert first.failed and first.decisions["plain_tokens_per_sec"].verdict == stats.FAIL
+    assert first.failed and first.decisions["plain_tokens_per_sec"].verdict == stats.REGRESSION
     assert not final.failed
     assert final.decisions["plain_tokens_per_sec"].verdict == stats.UNDECIDED
     assert any("failed in a first measurement (-75" in n and "not in its confirmation" in n for n in final.notes)
@@ -71,7 +69,7 @@ def test_a_burst_of_contention_is_undecided_not_failed():
 def test_a_real_regression_fails_twice_and_says_it_was_confirmed():
     first, final = first_then_confirm([0.6] * 32)
     assert first.failed and final.failed
-    assert final.decisions["plain_tokens_per_sec"].verdict == stats.FAIL
+    assert final.decisions["plain_tokens_per_sec"].verdict == stats.REGRESSION
     assert any("confirmed by a second, independent measurement" in n for n in final.notes)
 
 
@@ -81,7 +79,7 @@ def test_a_metric_that_fails_only_in_the_confirmation_is_undecided():
     assert first.decisions["speedup"].verdict == stats.PASS
     assert final.decisions["speedup"].verdict == stats.UNDECIDED
     assert final.decisions["plain_tokens_per_sec"].verdict == stats.UNDECIDED
-    assert final.decisions["assisted_tokens_per_sec"].verdict == stats.FAIL  # failed both times
+    assert final.decisions["assisted_tokens_per_sec"].verdict == stats.REGRESSION  # failed both times
     assert any(n.startswith("speedup failed only in the confirmation") for n in final.notes)
 
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from harness.perf import stats
+from harness.perf.stored import stats
 
 
 def lognormal(rng: random.Random, n: int, median: float, cv: float) -> list[float]:
@@ -51,7 +51,7 @@ def run_sequential(rng, slowdown: float | None, cv: float, tolerance: float | No
 
 def rates(rng, trials, **kw):
     verdicts = [run_sequential(rng, **kw).verdict for _ in range(trials)]
-    return {v: verdicts.count(v) / trials for v in (stats.PASS, stats.FAIL, stats.UNDECIDED)}
+    return {v: verdicts.count(v) / trials for v in (stats.PASS, stats.REGRESSION, stats.UNDECIDED)}
 
 
 @pytest.mark.parametrize("cv", [0.03, 0.09])
@@ -62,8 +62,8 @@ def test_error_rates_at_the_calibrated_tolerance(cv):
     rng = random.Random(1234)
     unchanged = rates(rng, 400, slowdown=0.0, cv=cv)
     slowed = rates(rng, 400, slowdown=None, cv=cv)
-    assert unchanged[stats.FAIL] <= 0.015 and unchanged[stats.UNDECIDED] <= 2 * stats.DEFAULT_BETA
-    assert slowed[stats.FAIL] >= 0.95
+    assert unchanged[stats.REGRESSION] <= 0.015 and unchanged[stats.UNDECIDED] <= 2 * stats.DEFAULT_BETA
+    assert slowed[stats.REGRESSION] >= 0.95
 
 
 def test_between_run_drift_is_what_keeps_false_alarms_down():
@@ -73,9 +73,9 @@ def test_between_run_drift_is_what_keeps_false_alarms_down():
     rng = random.Random(99)
     cv, drift = 0.04, 0.05
     naive = rates(rng, 300, slowdown=0.0, cv=cv, drift=drift, use_drift=False)
-    assert naive[stats.FAIL] > 0.05
+    assert naive[stats.REGRESSION] > 0.05
     modelled = rates(rng, 300, slowdown=0.0, cv=cv, drift=drift)
-    assert modelled[stats.FAIL] <= 0.02
+    assert modelled[stats.REGRESSION] <= 0.02
 
 
 def test_clear_cases_and_the_message():
@@ -84,7 +84,7 @@ def test_clear_cases_and_the_message():
     same = stats.compare_samples("speedup", base, lognormal(rng, 20, 10.0, 0.02), 0.10)
     assert same.verdict == stats.PASS
     slow = stats.compare_samples("speedup", base, lognormal(rng, 20, 7.0, 0.02), 0.10, drift_sd=0.01)
-    assert slow.verdict == stats.FAIL
+    assert slow.verdict == stats.REGRESSION
     text = slow.describe()
     for part in ("speedup: baseline median", "measured median", "-29.9%", "tolerance 10%", "Welch t =", "n = 20",
                  "between-run spread 1.0%"):
@@ -131,5 +131,5 @@ def test_exact_counters():
     assert stats.compare_exact(base, base).verdict == stats.PASS
     changed = {"p0": {**base["p0"], "accepted": 4}}
     d = stats.compare_exact(base, changed)
-    assert d.verdict == stats.FAIL and "p0 accepted: baseline 5, measured 4" in d.describe()
+    assert d.verdict == stats.REGRESSION and "p0 accepted: baseline 5, measured 4" in d.describe()
     assert "p1: measured, not in the baseline" in stats.compare_exact(base, {**base, "p1": base["p0"]}).describe()

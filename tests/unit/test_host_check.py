@@ -1,4 +1,4 @@
-"""Before the stored gate compares (harness/perf/host.py): other software is named and still
+"""Before the stored gate compares (harness/perf/stored/host.py): other software is named and still
 compared; a host whose speed probe (harness/core/hostspeed.py) is far from the stored one defers
 to the A/B gate; a baseline without a probe says the host cannot be checked."""
 
@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from harness.core import hostspeed
-from harness.perf import host
+from harness.perf.stored import host
 
 FILE = "baselines/cpu-test-amx-2c.json"
 SOFTWARE = {"python": "3.11.7", "torch": "2.13.0", "transformers": "5.23.0", "harness": "0.1.0"}

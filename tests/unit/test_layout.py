@@ -85,3 +85,15 @@ def test_nothing_points_outside_the_repository():
     hits = [f"{p.relative_to(REPO)}:{n}" for p in files if p != Path(__file__)
             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if OUTSIDE.search(line)]
     assert not hits, f"references to files outside the repository (say what is needed here instead): {hits}"
+
+
+def test_the_two_gates_are_two_rooms():
+    """harness/perf/ab (the A/B gate) and harness/perf/stored (the stored-baseline gate) share only
+    what sits beside them in harness/perf; neither imports the other."""
+    bad = []
+    for room, other in (("ab", "stored"), ("stored", "ab")):
+        for path in (HARNESS / "perf" / room).rglob("*.py"):
+            text = path.read_text()
+            if re.search(rf"harness\.perf\.{other}\b|from harness\.perf import [^\n]*\b{other}\b", text):
+                bad.append(f"{path.relative_to(REPO)} imports harness.perf.{other}")
+    assert not bad, "; ".join(bad)

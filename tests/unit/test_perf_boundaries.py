@@ -18,11 +18,12 @@ import pytest
 
 from harness.core import hostspeed, platform, registry
 from harness.core.errors import HarnessError, RegistryError
-from harness.perf import baselines, plugin
+from harness.perf import plugin
+from harness.perf.stored import baselines
 from harness.perf import report as perf_report
 from harness.perf.combinations import PerfSettings, combinations
 from harness.perf.runner import Runner, load_pair
-from harness.perf.verdict import BaselineMismatchError, check_comparable
+from harness.perf.stored.verdict import BaselineMismatchError, check_comparable
 from tiny_models import write_local_matrix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,7 +168,7 @@ def test_a_host_far_from_the_baselines_host_is_deferred_not_passed(tmp_path):
         plugin.run_gate(session, cpu, request=None)  # deferred before any model is loaded
     assert session.loaded is None
     result = session.results[-1]
-    assert result["verdict"] == "deferred" and result["host"]["comparable"] is False
+    assert result.verdict == "deferred" and result.host["comparable"] is False
     assert session.counts() == {"gated": 0, "regressed": 0, "undecided": 0, "skipped": 0, "deferred": 1}
     assert any("not comparable: the stored gate defers to the A/B gate (`make perf-ab`)" in n for n in session.notes)
     perf_report.write_all(session.results, tmp_path / "reports")  # validated against the results schema

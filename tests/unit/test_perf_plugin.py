@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.core import platform
-from harness.perf import baselines
+from harness.perf.stored import baselines
 from tiny_models import write_local_matrix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,16 +129,16 @@ def test_the_verdict_moves_with_a_planted_slowdown(workspace):
                       matrix, directory, "--perf-max-repeats", "12", remeasure=True)
     assert same.returncode == 0, same.stdout
     assert verdicts(directory)[CID] == "pass", (directory / "reports" / "summary.md").read_text()
-    assert "exact pass" in same.stdout and "FAIL" not in same.stdout
+    assert "exact pass" in same.stdout and "REGRESSION" not in same.stdout
     assert "perf gate: 2 gated, 0 regressed" in same.stdout
     assert (directory / "reports" / "speedup.png").stat().st_size > 0
 
     # the target's forward pass 6x slower: the absolute gate fails, with the full message
     slowed = gate(matrix, directory, "-k", "tiny+draft", "--perf-plant-slowdown", SLOWDOWN)
     assert slowed.returncode == 1, slowed.stdout
-    assert verdicts(directory) == {CID: "fail"}
+    assert verdicts(directory) == {CID: "regression"}
     for part in (f"perf regression in {CID}", "plain_tokens_per_sec: baseline median", "measured median",
-                 "tolerance 90%", "Welch t =", "FAIL",
+                 "tolerance 90%", "Welch t =", "REGRESSION",
                  f"If the change is intended, update this machine's baseline: pytest -m perf --update-baselines -k '{CID}'"):
         assert part in slowed.stdout
 
@@ -223,7 +223,7 @@ def test_a_host_far_from_the_baselines_host_defers_to_the_ab_gate(workspace):
     # a threshold wider than the gap compares: a rate at a third of the stored one is 67% away, and
     # up to 85% when this process runs at half the speed of the one that measured the baseline
     wide = gate(matrix, directory, "-k", "tiny+draft", host_threshold="0.95")
-    assert verdicts(directory)[CID] in ("pass", "undecided", "fail"), wide.stdout
+    assert verdicts(directory)[CID] in ("pass", "undecided", "regression"), wide.stdout
 
 
 def test_other_software_is_named_and_still_compared(workspace):
@@ -232,7 +232,7 @@ def test_other_software_is_named_and_still_compared(workspace):
     r = gate(matrix, directory, "-k", "tiny+draft")
     assert (f"software changed since {path} was measured: torch 2.0.0 -> {platform.software()['torch']} "
             "(compared anyway)") in r.stdout
-    assert verdicts(directory)[CID] in ("pass", "undecided", "fail")  # compared, whatever the noise said
+    assert verdicts(directory)[CID] in ("pass", "undecided", "regression")  # compared, whatever the noise said
 
 
 def test_a_baseline_of_another_capability_class_is_a_one_line_failure(workspace):

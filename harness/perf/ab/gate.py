@@ -4,7 +4,7 @@ Each round runs one perf round (every prompt plain and assisted) in each arm's w
 a random order; the load guard redoes a round pair that another process disturbed. Every
 `restart_every` rounds both workers are restarted (and warmed up again), so that no single
 process, lucky or unlucky in its memory placement, decides the gate. After `rounds`, then every
-`batch` rounds up to `cap`, the paired statistics (harness/perf/paired.py) decide each metric;
+`batch` rounds up to `cap`, the paired statistics (harness/perf/ab/paired.py) decide each metric;
 the gate stops when one regressed or all are decided. Greedy counters (drafted, accepted, target
 forwards per prompt) are compared exactly between the arms: a difference is a behaviour change,
 not noise.
@@ -12,6 +12,7 @@ not noise.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from collections.abc import Callable
@@ -19,15 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.perf import paired
-from harness.perf.arms import Arm
+from harness.perf.ab import duet, paired
+from harness.perf.outcome import Outcome, combine, settled
+from harness.perf.ab.arms import Arm
 from harness.perf.combinations import Combination, PerfSettings
-from harness.perf.loadguard import LoadGuard
-from harness.perf.runner import METRICS
+from harness.perf.ab.loadguard import LoadGuard
+from harness.perf.record import METRICS, Round
 
 log = logging.getLogger(__name__)
 
 MAX_REDOS_PER_ROUND = 3
+HEADLINES = {Outcome.REGRESSION: "perf regression", Outcome.UNDECIDED: "perf gate undecided",
+             Outcome.PASS: "perf gate passed", Outcome.IMPROVEMENT: "perf improvement"}
 
 
 @dataclass(frozen=True)
@@ -55,22 +59,17 @@ class ABResult:
     rounds: int
     redone: int
     restarts: int
-    samples: dict[str, list[dict[str, Any]]]  # arm -> the worker's answer for each round
+    samples: dict[str, list[Round]]           # arm -> its rounds
+    mode: str                                 # how the arms' rounds ran: "duet" (side by side) or "interleaved"
     counter_differences: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
-    def outcome(self) -> str:
-        verdicts = {d.verdict for d in self.decisions.values()}
-        if self.counter_differences or paired.REGRESSION in verdicts:
-            return "regression"
-        if paired.UNDECIDED in verdicts:
-            return "undecided"
-        return "improvement" if paired.IMPROVEMENT in verdicts else "pass"
+    def outcome(self) -> Outcome:
+        return combine((d.verdict for d in self.decisions.values()), behaviour_changed=bool(self.counter_differences))
 
     def message(self) -> str:
-        head = {"regression": "perf regression", "undecided": "perf gate undecided", "pass": "perf gate passed",
-                "improvement": "perf improvement"}[self.outcome]
+        head = HEADLINES[self.outcome]
         lines = [f"{head} in {self.combination}: candidate {self.candidate} against base {self.base}, "
                  f"{self.rounds} paired rounds ({self.redone} redone after a disturbance, {self.restarts} worker "
                  "restarts):"]
@@ -82,18 +81,39 @@ class ABResult:
 
 class ABGate:
     def __init__(self, combo: Combination, settings: PerfSettings, base: Arm, candidate: Arm,
-                 load_request: Callable[[str], dict[str, Any]], ab: ABSettings, guard: LoadGuard | None = None):
+                 load_request: Callable[[str], dict[str, Any]], ab: ABSettings, guard: LoadGuard | None = None,
+                 plan: duet.Plan | None = None):
         self.combo, self.settings, self.ab = combo, settings, ab
+        self.plan = plan or duet.plan("off")
         self.arms = {"base": base, "candidate": candidate}
         self.load_request = load_request  # arm name -> its load request (the candidate's may plant a slowdown)
         self.guard = guard or LoadGuard()
         self.rng = random.Random(ab.seed)
-        self.samples: dict[str, list[dict[str, Any]]] = {"base": [], "candidate": []}
+        self.samples: dict[str, list[Round]] = {"base": [], "candidate": []}
         self.redone = 0
         self.restarts = 0
 
-    def _load(self, name: str) -> None:
-        answer = self.arms[name].request(self.load_request(name))
+    def _load_all(self) -> None:
+        """Load both arms' models: side by side at once (each on its core), else one after the other."""
+        if self.plan.duet:
+            self._pin(0)
+            for name, arm in self.arms.items():
+                arm.send(self.load_request(name))
+            for name, arm in self.arms.items():
+                self._loaded(arm.receive("load"))
+        else:
+            for name, arm in self.arms.items():
+                self._loaded(arm.request(self.load_request(name)))
+
+    def _pin(self, index: int) -> dict[str, int | None]:
+        """Duet: each arm's core for round `index` (they swap every round), every thread pinned."""
+        cores = {name: self.plan.core(i, index) for i, name in enumerate(self.arms)}
+        for name, arm in self.arms.items():
+            if cores[name] is not None and arm.process is not None:
+                duet.pin(arm.process.pid, cores[name])
+        return cores
+
+    def _loaded(self, answer: dict[str, Any]) -> None:
         other = getattr(self, "prompt_ids", None)
         if other is not None and answer["prompt_ids"] != other:
             raise HarnessError(f"{self.combo.id}: the arms run different prompts ({other} against "
@@ -102,14 +122,14 @@ class ABGate:
         self.prompt_ids = answer["prompt_ids"]
 
     def start(self) -> None:
-        for name, arm in self.arms.items():
+        for arm in self.arms.values():
             arm.start()
-            self._load(name)
+        self._load_all()
 
     def restart(self) -> None:
-        for name, arm in self.arms.items():
+        for arm in self.arms.values():
             arm.restart()
-            self._load(name)
+        self._load_all()
         self.restarts += 1
 
     def close(self) -> None:
@@ -119,21 +139,34 @@ class ABGate:
     def round(self, index: int) -> None:
         """One paired round; measured again (up to MAX_REDOS_PER_ROUND) while the guard sees a disturbance."""
         for attempt in range(MAX_REDOS_PER_ROUND + 1):
-            order = list(self.arms)
-            self.rng.shuffle(order)
             pids = [a.process.pid for a in self.arms.values() if a.process]
             before = self.guard.snapshot(pids)
-            answers = {name: self.arms[name].request({"op": "round", "index": index}) for name in order}
+            answers = self._side_by_side(index) if self.plan.duet else self._in_turn(index)
             why = self.guard.disturbance(before, self.guard.snapshot(pids))
             if why is None or attempt == MAX_REDOS_PER_ROUND:
                 break
             self.redone += 1
             log.info("%s: round %d disturbed (%s); measuring it again", self.combo.id, index, why)
-        for name, answer in answers.items():
-            self.samples[name].append(answer)
+        for name, (answer, core) in answers.items():
+            r = Round.from_json(answer, f"{self.arms[name].label} round {index + 1}")
+            self.samples[name].append(dataclasses.replace(r, cpu=core))
+
+    def _in_turn(self, index: int) -> dict[str, tuple[dict[str, Any], int | None]]:
+        """Interleaved: one arm's round, then the other's, in a random order."""
+        order = list(self.arms)
+        self.rng.shuffle(order)
+        return {name: (self.arms[name].request({"op": "round", "index": index}), None) for name in order}
+
+    def _side_by_side(self, index: int) -> dict[str, tuple[dict[str, Any], int | None]]:
+        """Duet: both arms' rounds at once, each on its core for this round."""
+        cores = self._pin(index)
+        for arm in self.arms.values():
+            arm.send({"op": "round", "index": index})
+        return {name: (arm.receive("round"), cores[name]) for name, arm in self.arms.items()}
 
     def ratios(self) -> dict[str, list[float]]:
-        return {m: [c[m] / b[m] for b, c in zip(self.samples["base"], self.samples["candidate"])] for m in METRICS}
+        return {m: [c.metric(m) / b.metric(m) for b, c in zip(self.samples["base"], self.samples["candidate"])]
+                for m in METRICS}
 
     def decisions(self, at_cap: bool) -> dict[str, paired.PairedDecision]:
         design = self.ab.design(self.settings)
@@ -142,7 +175,7 @@ class ABGate:
     def counter_differences(self) -> list[str]:
         if self.combo.decoding != "greedy":
             return []
-        base, cand = self.samples["base"][0]["counters"], self.samples["candidate"][0]["counters"]
+        base, cand = self.samples["base"][0].counters, self.samples["candidate"][0].counters
         return [f"{prompt}: base {base.get(prompt)}, candidate {cand.get(prompt)}"
                 for prompt in sorted(set(base) | set(cand)) if base.get(prompt) != cand.get(prompt)]
 
@@ -161,10 +194,11 @@ class ABGate:
                     if progress:
                         progress(index, decisions)
                 decisions = self.decisions(at_cap=index >= s.max_rounds)
-                if index >= s.max_rounds or paired.settled([d.verdict for d in decisions.values()]):
+                if index >= s.max_rounds or settled(d.verdict for d in decisions.values()):
                     break
         finally:
             self.close()
         a, b = self.arms["base"].tree, self.arms["candidate"].tree
         return ABResult(self.combo.id, f"{a.label} {a.commit[:12]}", f"{b.label} {b.commit[:12]}", decisions,
-                        self.ratios(), index, self.redone, self.restarts, self.samples, self.counter_differences())
+                        self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,
+                        self.counter_differences())

@@ -39,7 +39,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-PASS, REGRESSION, IMPROVEMENT, INCONCLUSIVE, UNDECIDED = "pass", "regression", "improvement", "inconclusive", "undecided"
+from harness.perf.outcome import Outcome, settled  # noqa: F401 - settled: the gate's stopping rule
+
+PASS, REGRESSION, IMPROVEMENT, INCONCLUSIVE, UNDECIDED = (Outcome.PASS, Outcome.REGRESSION, Outcome.IMPROVEMENT,
+                                                          Outcome.INCONCLUSIVE, Outcome.UNDECIDED)
 DEFAULT_FAMILY_ALPHA = 0.01
 DEFAULT_MISS_RATE = 0.05
 
@@ -72,7 +75,7 @@ class Design:
 @dataclass
 class PairedDecision:
     metric: str
-    verdict: str
+    verdict: Outcome
     change: float      # geometric-mean candidate / base - 1
     ci_low: float      # alpha-interval of candidate / base (two-sided, 1 - 2 alpha)
     ci_high: float
@@ -86,8 +89,7 @@ class PairedDecision:
         return asdict(self)
 
     def describe(self) -> str:
-        what = {REGRESSION: "REGRESSION", IMPROVEMENT: "IMPROVEMENT", PASS: "pass", UNDECIDED: "UNDECIDED",
-                INCONCLUSIVE: "inconclusive"}[self.verdict]
+        what = self.verdict.word
         line = (f"{self.metric}: {what}, candidate/base {self.change * 100:+.1f}% "
                 f"({100 * (1 - 2 * self.alpha):.2f}% CI [{(self.ci_low - 1) * 100:+.1f}%, {(self.ci_high - 1) * 100:+.1f}%], "
                 f"{100 * (1 - self.beta):.1f}% lower bound {(self.pass_bound - 1) * 100:+.1f}%, "
@@ -99,12 +101,6 @@ class PairedDecision:
                      "(raise --perf-max-repeats or use a quieter machine)")
         return line
 
-
-def settled(verdicts: Sequence[str]) -> bool:
-    """Whether a gate may stop at this look: a metric regressed (the outcome cannot change to a pass),
-    or no metric is inconclusive. Stopping early on a regression leaves the false-alarm bound as it is:
-    each look's call was already counted in the Bonferroni split."""
-    return REGRESSION in verdicts or INCONCLUSIVE not in verdicts
 
 
 def _t(p: float, df: int) -> float:

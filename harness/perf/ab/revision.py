@@ -20,7 +20,10 @@ from harness.core.models import cache_root
 
 log = logging.getLogger(__name__)
 
-WORKER = "harness/perf/worker.py"
+# The worker's file in a tree, newest layout first: a base revision from before the perf package
+# had its ab/ room keeps its worker at the old path, and the controller starts whichever it has.
+WORKERS = ("harness/perf/ab/worker.py", "harness/perf/worker.py")
+WORKER = WORKERS[0]
 OPTION = "--perf-against"
 
 
@@ -35,6 +38,7 @@ class Tree:
     path: Path
     commit: str
     label: str  # what the user named: the revision, or "working tree"
+    worker: str = "harness.perf.ab.worker"  # the module its worker runs as (python -m)
 
 
 def _git(repo: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -67,16 +71,19 @@ def resolve(repo: Path, rev: str) -> str:
     return r.stdout.strip()
 
 
-def check_worker(repo: Path, rev: str, sha: str) -> None:
-    if _git(repo, "cat-file", "-e", f"{sha}:{WORKER}").returncode != 0:
-        raise RevisionError(f"{OPTION} {rev}: commit {sha[:12]} has no A/B worker ({WORKER}): it predates the A/B "
-                            "gate; choose a newer revision as the base")
+def check_worker(repo: Path, rev: str, sha: str) -> str:
+    """The module of the commit's A/B worker; an error when it has none."""
+    for path in WORKERS:
+        if _git(repo, "cat-file", "-e", f"{sha}:{path}").returncode == 0:
+            return path[:-len(".py")].replace("/", ".")
+    raise RevisionError(f"{OPTION} {rev}: commit {sha[:12]} has no A/B worker ({WORKER}): it predates the A/B "
+                        "gate; choose a newer revision as the base")
 
 
 def checkout(repo: Path, rev: str, root: Path | None = None, label: str | None = None) -> Tree:
     """A clean detached worktree of `rev` under <cache>/worktrees/<sha>, made or reused."""
     sha = resolve(repo, rev)
-    check_worker(repo, rev, sha)
+    worker = check_worker(repo, rev, sha)
     # one folder per repository: a worktree belongs to the repository that made it
     path = (root or cache_root() / "worktrees" / hashlib.sha256(str(repo).encode()).hexdigest()[:8]) / sha
     if path.exists():
@@ -91,7 +98,7 @@ def checkout(repo: Path, rev: str, root: Path | None = None, label: str | None =
                                 "git process runs")
         status = _git(path, "status", "--porcelain", "--untracked-files=no")
         if head.stdout.strip() == sha and status.returncode == 0 and not status.stdout.strip():
-            return Tree(path, sha, label or rev)
+            return Tree(path, sha, label or rev, worker)
         raise RevisionError(f"{OPTION} {rev}: the worktree {path} is not a clean checkout of {sha[:12]} (edited, "
                             f"or left by an interrupted run); remove it with `git worktree remove --force {path}`")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +110,7 @@ def checkout(repo: Path, rev: str, root: Path | None = None, label: str | None =
     if r.returncode != 0:
         raise RevisionError(f"{OPTION} {rev}: could not check out {sha[:12]} at {path}: {_first_line(r.stderr)}")
     log.info("base %s (%s) checked out at %s", rev, sha[:12], path)
-    return Tree(path, sha, label or rev)
+    return Tree(path, sha, label or rev, worker)
 
 
 def _lock_file(worktree: Path) -> Path:

@@ -33,7 +33,7 @@ V1_BLOCK = 8  # the perf batch (rounds per block) that every version-1 file was 
 def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
     """Version 2 adds the between-run spread per metric (drift_sd, drift_df, block). Version-1
     files stored their rounds in order, so it is computed from them, as a new file would be."""
-    from harness.perf import stats
+    from harness.perf.stored import stats
 
     for record in doc.get("combinations", {}).values():
         for key, entry in record.items():

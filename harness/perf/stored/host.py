@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core import hostspeed
-from harness.perf.baselines import UPDATE_COMMAND, software_changes
+from harness.perf.stored.baselines import UPDATE_COMMAND, software_changes
 
 AB_COMMAND = "make perf-ab"
-DEFERRED = "deferred"
 
 
 @dataclass

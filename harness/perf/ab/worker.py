@@ -1,6 +1,6 @@
 """One arm of the A/B gate: a long-lived process that measures perf rounds with its own tree's code.
 
-    python -m harness.perf.worker        (started by harness/perf/arms.py, never by hand)
+    python -m harness.perf.ab.worker        (started by harness/perf/ab/arms.py, never by hand)
 
 The A/B gate runs one worker per arm: the candidate from the working tree, the base from a git
 worktree of the revision under test. Each imports its own `harness`, so each measures its own
@@ -28,7 +28,7 @@ from typing import Any
 
 PROTOCOL = 1
 
-log = logging.getLogger("harness.perf.worker")
+log = logging.getLogger("harness.perf.ab.worker")
 
 
 class Worker:
@@ -60,13 +60,7 @@ class Worker:
     def round(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.runner is None:
             raise RuntimeError("round before load")
-        samples = self.runner.samples
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        self.runner.round()
-        out: dict[str, Any] = {name: getattr(samples, name)[-1]
-                               for name in ("plain_tokens_per_sec", "assisted_tokens_per_sec", "speedup")}
-        out.update(counters=samples.counters[-1], cpu_s=time.process_time() - cpu0, wall_s=time.perf_counter() - t0)
-        return out
+        return self.runner.round().to_json()  # a harness.perf.record.Round
 
 
 def serve(stdin: Any = sys.stdin, stdout: Any = sys.stdout) -> int:

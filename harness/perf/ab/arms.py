@@ -1,4 +1,4 @@
-"""An arm of the A/B gate: one worker process (harness/perf/worker.py) running one tree's code.
+"""An arm of the A/B gate: one worker process (harness/perf/ab/worker.py) running one tree's code.
 
 The controller talks to it in JSON lines with a timeout on every answer. A worker that crashes,
 hangs or answers with an error ends the gate with one line naming the arm, its commit and its log
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.perf.revision import Tree
-from harness.perf.worker import PROTOCOL
+from harness.perf.ab.revision import Tree
+from harness.perf.ab.worker import PROTOCOL
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,9 @@ class ArmError(HarnessError):
 class Arm:
     """One worker process: start, request, restart, close."""
 
-    def __init__(self, name: str, tree: Tree, *, timeout_s: float = 1800.0):
+    def __init__(self, name: str, tree: Tree, *, timeout_s: float = 1800.0, env: dict[str, str] | None = None):
         self.name, self.tree, self.timeout_s = name, tree, timeout_s
+        self.env = dict(env or {})  # set for the worker on top of ours (duet: one thread per pool)
         self.process: subprocess.Popen | None = None
         self.log_path = Path(tempfile.mkstemp(prefix=f"ab-{name}-", suffix=".log")[1])
         self.starts = 0
@@ -46,9 +47,9 @@ class Arm:
         return f"{self.name} ({self.tree.label}, {self.tree.commit[:12]})"
 
     def start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": str(self.tree.path)}
+        env = {**os.environ, **self.env, "PYTHONPATH": str(self.tree.path)}
         with open(self.log_path, "a", encoding="utf-8") as err:
-            self.process = subprocess.Popen([sys.executable, "-m", "harness.perf.worker"], cwd=self.tree.path, env=env,
+            self.process = subprocess.Popen([sys.executable, "-m", self.tree.worker], cwd=self.tree.path, env=env,
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                                             start_new_session=True)
         self.starts += 1
@@ -64,6 +65,11 @@ class Arm:
 
     def request(self, message: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
         """Send one request, wait for its answer (at most timeout_s), raise ArmError on failure."""
+        self.send(message)
+        return self.receive(message["op"], timeout_s=timeout_s)
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Send one request without waiting (side-by-side rounds send to both arms, then receive)."""
         p = self.process
         if p is None or p.poll() is not None:
             raise ArmError(f"{self.label}: the worker is not running ({self._exit()}; log: {self.log_path})")
@@ -72,10 +78,18 @@ class Arm:
             p.stdin.flush()
         except BrokenPipeError:
             raise ArmError(f"{self.label}: the worker died ({self._exit()}; log: {self.log_path})") from None
-        line = self._read_line(timeout_s or self.timeout_s, message["op"])
-        answer = json.loads(line)
-        if not answer.get("ok"):
-            raise ArmError(f"{self.label}: {message['op']} failed: {answer.get('error')} (log: {self.log_path})")
+
+    def receive(self, op: str, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """The answer to the request `op` sent last; ArmError when it failed or did not come."""
+        line = self._read_line(timeout_s or self.timeout_s, op)
+        try:
+            answer = json.loads(line)
+        except json.JSONDecodeError:
+            raise ArmError(f"{self.label}: answered {op} with a line that is not JSON: {line[:120]!r} "
+                           f"(log: {self.log_path})") from None
+        if not isinstance(answer, dict) or not answer.get("ok"):
+            error = answer.get("error") if isinstance(answer, dict) else answer
+            raise ArmError(f"{self.label}: {op} failed: {error} (log: {self.log_path})")
         return answer
 
     def _read_line(self, timeout_s: float, op: str) -> str:

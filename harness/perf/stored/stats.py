@@ -8,7 +8,7 @@ All three gates live here, from no noise to most noise:
 The relative and absolute gates use one rule, `compare_samples`: an indifference-zone test on
 log ratios. With tolerance t, a slowdown of t or more must fail and no change must pass; the
 decision threshold sits in the middle, at a ratio of 1 - t/2:
-  fail          the whole (1 - alpha) confidence interval of the ratio is below 1 - t/2
+  regression    the whole (1 - alpha) confidence interval of the ratio is below 1 - t/2
   pass          the whole interval is above 1 - t/2
   inconclusive  the interval contains it: the caller takes more samples, up to a cap
   undecided     still so at the cap: the machine was too noisy to resolve t. Never a silent
@@ -33,7 +33,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-PASS, FAIL, INCONCLUSIVE, UNDECIDED = "pass", "fail", "inconclusive", "undecided"
+from harness.perf.outcome import Outcome
+
+PASS, REGRESSION, INCONCLUSIVE, UNDECIDED = Outcome.PASS, Outcome.REGRESSION, Outcome.INCONCLUSIVE, Outcome.UNDECIDED
 DEFAULT_ALPHA = 0.01  # one-sided error rate of each decision, split over the looks at the data
 DEFAULT_BETA = 0.05  # at the calibrated tolerance: chance that a change of the full tolerance is not resolved
 
@@ -47,7 +49,7 @@ def _t_quantile(p: float, df: float) -> float:
 @dataclass
 class GateDecision:
     metric: str
-    verdict: str  # pass | fail | inconclusive | undecided
+    verdict: Outcome  # PASS, REGRESSION, INCONCLUSIVE or UNDECIDED
     baseline_median: float
     measured_median: float
     ratio: float  # geometric-mean ratio measured / baseline (higher is better for every gated metric)
@@ -110,7 +112,7 @@ def compare_samples(metric: str, baseline: Sequence[float], measured: Sequence[f
     lo, hi = math.exp(diff - half), math.exp(diff + half)
     threshold = 1 - tolerance / 2
     if hi < threshold:
-        verdict = FAIL
+        verdict = REGRESSION
     elif lo > threshold:
         verdict = PASS
     else:
@@ -163,7 +165,7 @@ def calibrated_tolerance(samples: Sequence[float], *, cap: int, alpha: float = D
 
 @dataclass
 class ExactDecision:
-    verdict: str  # pass | fail
+    verdict: Outcome  # PASS or REGRESSION
     differences: list[str]
 
     def describe(self) -> str:
@@ -185,4 +187,4 @@ def compare_exact(baseline: Mapping[str, Mapping[str, int]], measured: Mapping[s
             b, m = baseline[prompt_id].get(key), measured[prompt_id].get(key)
             if b != m:
                 diffs.append(f"{prompt_id} {key}: baseline {b}, measured {m}")
-    return ExactDecision(PASS if not diffs else FAIL, diffs)
+    return ExactDecision(PASS if not diffs else REGRESSION, diffs)

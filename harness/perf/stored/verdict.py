@@ -1,4 +1,4 @@
-"""Verdicts: a combination's rounds against its baseline. The three gates (harness/perf/stats.py),
+"""Verdicts: a combination's rounds against its baseline. The three gates (harness/perf/stored/stats.py),
 more rounds while a statistical gate is inconclusive, and the confirmation of a FAIL."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.perf import stats
-from harness.perf.runner import METRICS, Runner, Samples
+from harness.perf.outcome import Outcome, combine
+from harness.perf.stored import stats
+from harness.perf.record import METRICS, Samples
+from harness.perf.runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -29,24 +31,25 @@ class Verdict:
 
     @property
     def failed(self) -> bool:
-        return (self.exact is not None and self.exact.verdict == stats.FAIL) or any(
-            d.verdict == stats.FAIL for d in self.decisions.values())
+        return (self.exact is not None and self.exact.verdict == stats.REGRESSION) or any(
+            d.verdict == stats.REGRESSION for d in self.decisions.values())
 
     @property
     def undecided(self) -> list[stats.GateDecision]:
         return [d for d in self.decisions.values() if d.verdict == stats.UNDECIDED]
 
     @property
-    def outcome(self) -> str:
-        return "fail" if self.failed else "undecided" if self.undecided else "pass"
+    def outcome(self) -> Outcome:
+        exact_failed = self.exact is not None and self.exact.verdict == stats.REGRESSION
+        return combine((d.verdict for d in self.decisions.values()), behaviour_changed=exact_failed)
 
     def message(self, platform_id: str, baseline_file: str) -> str:
         what = "perf regression" if self.failed else "perf gate undecided"
         lines = [f"{what} in {self.combination} (platform {platform_id}, baseline {baseline_file}):"]
-        if self.exact is not None and self.exact.verdict == stats.FAIL:
+        if self.exact is not None and self.exact.verdict == stats.REGRESSION:
             lines.append("  " + self.exact.describe())
         for d in self.decisions.values():
-            if d.verdict in (stats.FAIL, stats.UNDECIDED):
+            if d.verdict in (stats.REGRESSION, stats.UNDECIDED):
                 lines.append("  " + d.describe())
         lines += [f"  note: {n}" for n in self.notes]
         lines.append(f"If the change is intended, update this machine's baseline: "
@@ -90,7 +93,7 @@ def evaluate(runner: Runner, baseline: dict[str, Any]) -> Verdict:
     if baseline.get("exact") is not None and runner.combo.decoding == "greedy":
         exact = stats.compare_exact(baseline["exact"], runner.exact_counters() or {})
         if not runner.counters_stable():
-            exact = stats.ExactDecision(stats.FAIL, exact.differences + [
+            exact = stats.ExactDecision(stats.REGRESSION, exact.differences + [
                 "greedy counters changed between rounds in one process (nondeterministic decoding)"])
     tol = tolerances(baseline, s.tolerance_override)
     alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, s.looks())
@@ -119,10 +122,10 @@ def confirm(runner: Runner, baseline: dict[str, Any], first: Verdict) -> Verdict
     metric fails only when it fails in both measurements. One that failed once and passed or
     stayed inconclusive the second time is UNDECIDED, with both measurements in its note.
     Exact-counter failures are deterministic and are never re-measured."""
-    if not first.failed or (first.exact is not None and first.exact.verdict == stats.FAIL):
+    if not first.failed or (first.exact is not None and first.exact.verdict == stats.REGRESSION):
         return first
     log.warning("%s: %s failed; confirming with fresh rounds", runner.combo.id,
-                ", ".join(m for m, d in first.decisions.items() if d.verdict == stats.FAIL))
+                ", ".join(m for m, d in first.decisions.items() if d.verdict == stats.REGRESSION))
     runner.samples = Samples()
     while runner.samples.rounds() < runner.settings.rounds:
         runner.round()
@@ -130,19 +133,19 @@ def confirm(runner: Runner, baseline: dict[str, Any], first: Verdict) -> Verdict
     decisions, notes = {}, list(second.notes)
     for m, d in second.decisions.items():
         was = first.decisions[m]
-        if was.verdict == stats.FAIL and d.verdict != stats.FAIL:
+        if was.verdict == stats.REGRESSION and d.verdict != stats.REGRESSION:
             decisions[m] = dataclasses.replace(d, verdict=stats.UNDECIDED)
             notes.append(f"{m} failed in a first measurement ({(was.ratio - 1) * 100:+.1f}%, CI "
                          f"[{was.ci_low:.3f}, {was.ci_high:.3f}], {was.n_measured} rounds) and not in its "
                          f"confirmation ({(d.ratio - 1) * 100:+.1f}%): contention during the first?")
-        elif was.verdict != stats.FAIL and d.verdict == stats.FAIL:
+        elif was.verdict != stats.REGRESSION and d.verdict == stats.REGRESSION:
             decisions[m] = dataclasses.replace(d, verdict=stats.UNDECIDED)
             notes.append(f"{m} failed only in the confirmation ({(d.ratio - 1) * 100:+.1f}%, CI "
                          f"[{d.ci_low:.3f}, {d.ci_high:.3f}], {d.n_measured} rounds), not in the first measurement "
                          f"({(was.ratio - 1) * 100:+.1f}%): contention during the second?")
         else:
             decisions[m] = d
-            if was.verdict == stats.FAIL:
+            if was.verdict == stats.REGRESSION:
                 notes.append(f"{m}: the failure was confirmed by a second, independent measurement "
                              f"(first {(was.ratio - 1) * 100:+.1f}%, then {(d.ratio - 1) * 100:+.1f}%)")
     return Verdict(first.combination, second.exact, decisions, first.rounds + second.rounds, notes)

@@ -1,0 +1,103 @@
+"""Side-by-side arms (`--perf-duet`): both arms measure each round at the same time, each worker
+pinned to a core of its own with one intra-op thread, and the arms swap cores every round.
+
+Why: on a shared 2-core VM two threads of one process wait on each other, and that spread is most
+of the A/B gate's noise there; one thread per process is several times steadier, and two such
+processes side by side cost each other little (docs/perf-gate.md has the measurements). Running
+both arms at once also puts whatever the host does in that minute on both; swapping the cores
+every round cancels a steady offset between the two cores.
+
+Everything here is done to the worker from outside (its environment at start, the affinity of
+every thread it has), so a base revision from before duet runs side by side too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.core.errors import HarnessError
+
+log = logging.getLogger(__name__)
+
+OPTION = "--perf-duet"
+CHOICES = ("on", "off", "auto")
+DUET, INTERLEAVED = "duet", "interleaved"
+# The thread pools a worker may start, each held to one thread: torch's intra-op pool reads
+# OMP_NUM_THREADS; MKL and OpenBLAS have their own.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+class DuetError(HarnessError):
+    """Side-by-side arms asked for where they cannot run."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the A/B gate runs its arms, resolved once at the start of a gate run."""
+    mode: str                          # DUET or INTERLEAVED
+    cores: tuple[int, int] | None      # DUET: the two cores the arms take in turn
+    reason: str                        # why this mode (printed once, recorded in results.json)
+
+    @property
+    def duet(self) -> bool:
+        return self.mode == DUET
+
+    def core(self, arm_index: int, round_index: int) -> int | None:
+        """The core of arm 0 or 1 in a round: the arms swap cores every round."""
+        if self.cores is None:
+            return None
+        return self.cores[(arm_index + round_index) % 2]
+
+    def env(self) -> dict[str, str]:
+        return dict(ONE_THREAD) if self.duet else {}
+
+
+def allowed_cores() -> list[int]:
+    """The cores this process may run on (its CPU affinity), in order."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux: no affinity to read or set
+        return []
+
+
+def plan(choice: str, cores: list[int] | None = None) -> Plan:
+    """The mode for --perf-duet on|off|auto. `on` with fewer than 2 cores is an error naming the
+    option; `auto` runs side by side when 2 cores are there, and says so either way."""
+    if choice not in CHOICES:
+        raise DuetError(f"{OPTION} {choice!r}: choose one of {', '.join(CHOICES)}")
+    cores = allowed_cores() if cores is None else cores
+    if choice == "off":
+        return Plan(INTERLEAVED, None, f"{OPTION} off: the arms take turns, each with every core")
+    if len(cores) < 2:
+        why = (f"this process may run on {len(cores)} core(s) ({cores}); side-by-side arms need 2 "
+               "(widen the CPU affinity, e.g. taskset -c 0,1)")
+        if choice == "on":
+            raise DuetError(f"{OPTION} on: {why}, or pass {OPTION} off")
+        return Plan(INTERLEAVED, None, f"{OPTION} auto: {why}: the arms take turns")
+    pair = (cores[0], cores[1])
+    return Plan(DUET, pair, f"{OPTION} {choice}: the arms run side by side, one thread each, on cores "
+                            f"{pair[0]} and {pair[1]}, swapping every round")
+
+
+def pin(pid: int, core: int) -> None:
+    """Pin every thread of process `pid` to `core` (threads it starts later inherit it). A thread
+    that ends meanwhile is passed over; a process that cannot be pinned is an error."""
+    tasks = Path(f"/proc/{pid}/task")
+    try:
+        tids = [int(t.name) for t in tasks.iterdir()]
+    except OSError as exc:
+        raise DuetError(f"{OPTION}: cannot list the threads of worker {pid} ({exc})") from None
+    pinned = 0
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, {core})
+            pinned += 1
+        except ProcessLookupError:
+            continue
+        except OSError as exc:
+            raise DuetError(f"{OPTION}: cannot pin worker {pid} to core {core} ({exc}); pass {OPTION} off") from None
+    if not pinned:
+        raise DuetError(f"{OPTION}: worker {pid} has no thread left to pin")

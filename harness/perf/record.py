@@ -1,0 +1,130 @@
+"""The perf gate's records, one home each: a round of one arm (`Round`), an arm's rounds so far
+(`Samples`) and a combination's result (`CombinationResult`, an entry of results.json).
+
+The worker answers a round request with a `Round`'s JSON, the runner keeps its rounds as `Round`s,
+both gates decide on them and the report reads them back from results.json. A gated metric is a
+field of `Round` named in METRICS: adding one is that field and its name there. The JSON schema
+(harness/schemas/perf-results.schema.json) is checked against these dataclasses by a test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.core.errors import HarnessError
+from harness.perf.outcome import Outcome
+
+# The gated metrics, each a higher-is-better field of Round.
+METRICS = ("speedup", "assisted_tokens_per_sec", "plain_tokens_per_sec")
+COUNTERS = ("new_tokens", "drafted", "accepted", "target_forwards")
+
+
+class RecordError(HarnessError):
+    """A round or a result that does not hold what its record says (a worker speaking nonsense)."""
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round of one arm: every prompt once plain and once assisted."""
+    plain_tokens_per_sec: float
+    assisted_tokens_per_sec: float
+    speedup: float                       # assisted / plain inside the round
+    counters: dict[str, dict[str, int]]  # prompt id -> greedy counters (COUNTERS) of its assisted run
+    cpu_s: float | None = None           # CPU time the arm's process used in the round
+    wall_s: float | None = None          # the round's wall time
+    cpu: int | None = None               # the core the arm was pinned to (side-by-side rounds), else None
+
+    def metric(self, name: str) -> float:
+        return getattr(self, name)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], source: str) -> "Round":
+        """A round from a worker's answer or a results file; RecordError naming `source` when a
+        metric is missing or not a positive finite number, or the counters are malformed."""
+        values: dict[str, Any] = {}
+        for name in METRICS:
+            v = doc.get(name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+                raise RecordError(f"{source}: round field {name!r} must be a positive number, got {v!r}")
+            values[name] = float(v)
+        counters = doc.get("counters")
+        if not isinstance(counters, Mapping) or not all(
+                isinstance(c, Mapping) and all(isinstance(c.get(k), int) for k in COUNTERS) for c in counters.values()):
+            raise RecordError(f"{source}: round field 'counters' must map each prompt to {', '.join(COUNTERS)}")
+        optional = {k: doc.get(k) for k in ("cpu_s", "wall_s", "cpu") if doc.get(k) is not None}
+        return cls(**values, counters={p: {k: int(c[k]) for k in COUNTERS} for p, c in counters.items()}, **optional)
+
+
+@dataclass
+class Samples:
+    """An arm's rounds so far, in order."""
+    items: list[Round] = field(default_factory=list)
+
+    def add(self, r: Round) -> None:
+        self.items.append(r)
+
+    def rounds(self) -> int:
+        return len(self.items)
+
+    def metric(self, name: str) -> list[float]:
+        return [r.metric(name) for r in self.items]
+
+    @property
+    def counters(self) -> list[dict[str, dict[str, int]]]:
+        return [r.counters for r in self.items]
+
+
+def acceptance_rate(counters: Mapping[str, Mapping[str, int]]) -> float | None:
+    """Accepted / drafted over one round's prompts; None without drafted tokens."""
+    drafted = sum(c["drafted"] for c in counters.values())
+    return sum(c["accepted"] for c in counters.values()) / drafted if drafted else None
+
+
+@dataclass(frozen=True)
+class ABDetail:
+    """What the A/B gate adds to a result: the base's rounds beside the candidate's."""
+    base: str                             # "<revision> <sha12>"
+    candidate: str
+    mode: str                             # "duet" (side by side) or "interleaved"
+    base_rounds: list[Round]
+    ratios: dict[str, list[float]]        # metric -> per round, candidate / base
+    redone: int                           # round pairs measured again after a disturbance
+    restarts: int                         # worker pairs restarted
+    behaviour_changes: list[str]          # greedy counters that differ between the arms
+
+
+@dataclass
+class CombinationResult:
+    """One combination's entry of results.json, whichever gate ran it."""
+    combination: str
+    platform: str
+    gate: str                             # "stored", "ab" or "update" (--update-baselines)
+    verdict: Outcome
+    rounds: list[Round]                   # this tree's rounds (A/B: the candidate's)
+    acceptance_rate: float | None = None
+    notes: list[str] = field(default_factory=list)
+    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> its decision
+    exact: Outcome | None = None          # stored gate: greedy counters against the baseline's
+    host: dict[str, Any] | None = None    # stored gate: this host's probe against the baseline's
+    tolerance: dict[str, Any] | None = None  # update: the tolerances the new baseline calibrated
+    ab: ABDetail | None = None
+
+    def metric(self, name: str) -> list[float]:
+        return [r.metric(name) for r in self.rounds]
+
+    def to_json(self) -> dict[str, Any]:
+        doc = dataclasses.asdict(self)
+        doc["verdict"] = self.verdict.value
+        doc["exact"] = None if self.exact is None else self.exact.value
+        return doc
+
+
+def rounds_from(docs: Sequence[Mapping[str, Any]], source: str) -> list[Round]:
+    return [Round.from_json(d, f"{source} round {i + 1}") for i, d in enumerate(docs)]

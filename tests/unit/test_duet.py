@@ -1,0 +1,62 @@
+"""Side-by-side arms (harness/perf/ab/duet.py): the mode is resolved once from --perf-duet and the
+cores this process may use, the arms swap cores every round, and pinning reaches every thread of
+a running worker from outside (so an older base revision runs side by side too)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.perf.ab import duet
+
+
+def test_on_with_one_core_is_a_one_line_error_naming_the_option():
+    with pytest.raises(duet.DuetError, match=r"^--perf-duet on: this process may run on 1 core\(s\) \(\[3\]\).*or pass --perf-duet off$"):
+        duet.plan("on", [3])
+
+
+def test_auto_falls_back_to_turns_and_says_so():
+    p = duet.plan("auto", [5])
+    assert p.mode == duet.INTERLEAVED and not p.duet and "the arms take turns" in p.reason and p.env() == {}
+
+
+def test_side_by_side_arms_swap_cores_every_round_with_one_thread_each():
+    p = duet.plan("auto", [2, 7, 9])
+    assert p.duet and p.cores == (2, 7) and "cores 2 and 7" in p.reason
+    assert [(p.core(0, r), p.core(1, r)) for r in range(3)] == [(2, 7), (7, 2), (2, 7)]
+    assert p.env()["OMP_NUM_THREADS"] == "1"
+    assert duet.plan("off", [0, 1]).core(0, 0) is None
+
+
+def allowed(pid: int) -> set[str]:
+    """Cpus_allowed_list of every thread of `pid`."""
+    out = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        line = next(l for l in (task / "status").read_text().splitlines() if l.startswith("Cpus_allowed_list"))
+        out.add(line.split()[1])
+    return out
+
+
+@pytest.mark.skipif(len(duet.allowed_cores()) < 2, reason="needs 2 cores to move a process between")
+def test_pinning_reaches_every_thread_of_a_running_process():
+    code = ("import threading, time\n"
+            "for _ in range(3): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+            "print('ready', flush=True); time.sleep(30)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        a, b = duet.allowed_cores()[:2]
+        duet.pin(child.pid, a)
+        assert allowed(child.pid) == {str(a)} and len(list(Path(f"/proc/{child.pid}/task").iterdir())) == 4
+        duet.pin(child.pid, b)  # the next round: the other core
+        assert allowed(child.pid) == {str(b)}
+    finally:
+        child.kill()
+        child.wait()
+    with pytest.raises(duet.DuetError, match="--perf-duet: cannot list the threads of worker"):
+        duet.pin(child.pid, a)

@@ -1,0 +1,77 @@
+"""The perf gate's records have one source, harness/perf/record.py: results.json's schema must
+agree with its dataclasses field by field, a round from a worker is checked as it arrives, and
+both gates speak one outcome vocabulary (harness/perf/outcome.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from harness.core import jsonio
+from harness.core.errors import ResultsError
+from harness.perf import report
+from harness.perf.outcome import Outcome, combine, settled
+from harness.perf.record import METRICS, ABDetail, CombinationResult, RecordError, Round
+
+SCHEMA = json.loads(report.SCHEMA.read_text())
+DEFS = SCHEMA["$defs"]
+
+
+def names(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+@pytest.mark.parametrize("cls, node", [(CombinationResult, "result"), (Round, "round"), (ABDetail, "ab")])
+def test_the_schema_holds_exactly_the_dataclass_fields(cls, node):
+    assert set(DEFS[node]["properties"]) == names(cls)
+    assert set(DEFS[node]["required"]) == names(cls)  # every field is written, None where it does not apply
+
+
+def test_every_metric_is_a_round_field_and_the_verdicts_are_the_outcomes():
+    assert set(METRICS) <= names(Round)
+    result_verdicts = set(DEFS["result"]["properties"]["verdict"]["enum"])
+    assert result_verdicts == {o.value for o in Outcome} - {Outcome.INCONCLUSIVE.value}
+    decision = DEFS["result"]["properties"]["decisions"]["additionalProperties"]["properties"]["verdict"]["enum"]
+    assert set(decision) == {o.value for o in Outcome if o.gated}
+
+
+def a_round(**over) -> Round:
+    doc = {"plain_tokens_per_sec": 3.0, "assisted_tokens_per_sec": 7.5, "speedup": 2.5, "cpu_s": 1.0, "wall_s": 1.1,
+           "counters": {"p0": {"new_tokens": 32, "drafted": 30, "accepted": 25, "target_forwards": 7}}}
+    return Round.from_json({**doc, **over}, "worker base")
+
+
+def results_doc(*results: CombinationResult) -> dict:
+    return {"schema_version": report.SCHEMA_VERSION, "harness_version": "x", "created": "now",
+            "results": [r.to_json() for r in results]}
+
+
+def test_a_result_of_each_gate_is_valid_and_a_field_out_of_place_is_not():
+    stored = CombinationResult("c", "p", "stored", Outcome.PASS, [a_round()], 0.8, exact=Outcome.PASS)
+    detail = ABDetail("HEAD abc", "working tree def", "duet", [a_round(cpu=1)], {m: [1.0] for m in METRICS}, 0, 0, [])
+    ab = CombinationResult("c", "p", "ab", Outcome.REGRESSION, [a_round(cpu=0)], ab=detail)
+    deferred = CombinationResult("c", "p", "stored", Outcome.DEFERRED, [], notes=["why"],
+                                 host={"ratios": {}, "threshold": 0.25, "comparable": False, "headline": "x", "probe": {}})
+    jsonio.validate(results_doc(stored, ab, deferred), report.SCHEMA, "results", ResultsError)
+    for broken in (dataclasses.replace(ab, ab=None), dataclasses.replace(stored, ab=detail),
+                   dataclasses.replace(stored, rounds=[])):
+        with pytest.raises(ResultsError):
+            jsonio.validate(results_doc(broken), report.SCHEMA, "results", ResultsError)
+
+
+@pytest.mark.parametrize("field, value", [("speedup", 0), ("plain_tokens_per_sec", float("nan")),
+                                          ("assisted_tokens_per_sec", "7"), ("counters", {"p0": {"drafted": 1}})])
+def test_a_worker_round_that_is_not_a_round_is_named(field, value):
+    with pytest.raises(RecordError, match=f"worker base: round field '{field}'"):
+        a_round(**{field: value})
+
+
+def test_one_vocabulary_for_a_combination():
+    assert combine([Outcome.PASS, Outcome.IMPROVEMENT]) == Outcome.IMPROVEMENT
+    assert combine([Outcome.PASS, Outcome.UNDECIDED, Outcome.IMPROVEMENT]) == Outcome.UNDECIDED
+    assert combine([Outcome.UNDECIDED, Outcome.REGRESSION]) == Outcome.REGRESSION
+    assert combine([Outcome.PASS], behaviour_changed=True) == Outcome.REGRESSION  # greedy counters differ
+    assert settled([Outcome.REGRESSION, Outcome.INCONCLUSIVE]) and not settled([Outcome.PASS, Outcome.INCONCLUSIVE])
+    assert not Outcome.DEFERRED.gated and not Outcome.STAGED.gated and Outcome.UNDECIDED.gated
