@@ -87,8 +87,9 @@ test: setup
 	$(MAKE) accuracy
 	$(MAKE) perf-ab
 
-# The A/B gate: the working tree against a revision (default: the reference commit), interleaved in
-# one job, on the fast combinations and the default pair (greedy). E.g. make perf-ab AGAINST=HEAD~1
+# The A/B gate: the working tree against a revision (default: the reference commit) in one job, the
+# arms side by side on their own cores where 2 are allowed (--perf-duet auto), on the fast combinations
+# and the default pair (greedy). E.g. make perf-ab AGAINST=HEAD~1
 AGAINST     ?= reference
 perf-ab: fetch
 	$(PY) -m harness models fetch smollm2-135m-instruct

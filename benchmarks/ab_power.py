@@ -26,7 +26,7 @@ from pathlib import Path
 from harness.core import registry
 from pytest_benchmark.utils import parse_compare_fail
 
-from harness.perf.ab import paired, revision
+from harness.perf.ab import duet, paired, revision
 from harness.perf.stored import stats
 from harness.perf.ab.gate import ABGate, ABSettings
 from harness.perf.ab.arms import Arm
@@ -44,6 +44,10 @@ def parse_args(argv):
     p.add_argument("--gates", type=int, default=5, help="real gates per level")
     p.add_argument("--tolerance", type=float, default=ABSettings().tolerance)
     p.add_argument("--trials", type=int, default=5000, help="simulated gates per level")
+    p.add_argument("--duet", choices=duet.CHOICES, default="auto",
+                   help="the gate's --perf-duet: arms side by side (on), in turn (off), auto (side by side on 2 cores)")
+    p.add_argument("--restart-every", type=int, default=ABSettings().restart_every, help="rounds per worker pair")
+    p.add_argument("--condition", default="quiet", help="what else ran on the host (a label kept in each row)")
     p.add_argument("--out", type=Path, default=Path("results/ab_power.jsonl"), help="finished gates (resumed)")
     return p.parse_args(argv)
 
@@ -54,7 +58,7 @@ def combination(matrix: registry.Matrix, pair_name: str) -> Combination:
                        platform="cpu", device="cpu", decoding="greedy", k=pair.num_assistant_tokens, mode=pair.mode)
 
 
-def run_gate(matrix, combo, settings, trees, level, tolerance, seed) -> dict:
+def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, restart_every) -> dict:
     base, candidate = trees
 
     def load_request(arm: str) -> dict:
@@ -67,13 +71,15 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed) -> dict:
     def progress(done: int, decisions) -> None:
         print(f"  round {done} ({(time.perf_counter() - start) / 60:.1f} min)", file=sys.stderr, flush=True)
 
-    ab = ABSettings(tolerance=tolerance, seed=seed)
-    result = ABGate(combo, settings, Arm("base", base), Arm("candidate", candidate), load_request, ab).run(progress)
-    return {"level": level, "outcome": result.outcome, "rounds": result.rounds, "redone": result.redone,
-            "restart_every": ab.restart_every,
+    ab = ABSettings(tolerance=tolerance, seed=seed, restart_every=restart_every)
+    result = ABGate(combo, settings, Arm("base", base, env=plan.env()), Arm("candidate", candidate, env=plan.env()),
+                    load_request, ab, plan=plan).run(progress)
+    return {"level": level, "outcome": result.outcome.value, "rounds": result.rounds, "redone": result.redone,
+            "restart_every": ab.restart_every, "mode": result.mode, "cpu_class": matrix.cpu_class,
             "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
             "arms": {arm: {m: [s.metric(m) for s in samples] for m in METRICS} for arm, samples in result.samples.items()},
-            "verdicts": {m: d.verdict for m, d in result.decisions.items()}}
+            "verdicts": {m: d.verdict.value for m, d in result.decisions.items()},
+            "cores": {arm: [s.cpu for s in samples] for arm, samples in result.samples.items()}}
 
 
 def simulate(aa_ratios: list[dict[str, float]], level: float, settings: PerfSettings, tolerance: float,
@@ -108,14 +114,18 @@ def main(argv=None) -> int:
     trees = (revision.checkout(repo, args.against), revision.working_tree(repo))
     levels = [float(x) for x in args.levels.split(",")]
     done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
-    done = [g for g in done if g.get("combination") == combo.id]
+    plan = duet.plan(args.duet)
+    done = [g for g in done if g.get("combination") == combo.id and g.get("mode", "interleaved") == plan.mode
+            and g.get("condition", "quiet") == args.condition and g.get("cpu_class", matrix.cpu_class) == matrix.cpu_class]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for i in range(args.gates):  # levels interleaved, so a slow hour of the machine hits every level
         for level in levels:
             if sum(g["level"] == level for g in done) > i:
                 continue
             print(f"[{combo.id}] level {level:.0%}: gate {i + 1}/{args.gates}", file=sys.stderr, flush=True)
-            gate = {"combination": combo.id, **run_gate(matrix, combo, settings, trees, level, args.tolerance, seed=i)}
+            gate = {"combination": combo.id, "condition": args.condition,
+                    **run_gate(matrix, combo, settings, trees, level, args.tolerance, seed=i, plan=plan,
+                               restart_every=args.restart_every)}
             with open(args.out, "a", encoding="utf-8") as fh:  # one line per finished gate: resumable
                 fh.write(json.dumps(gate) + "\n")
             done.append(gate)
