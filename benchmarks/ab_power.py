@@ -28,6 +28,7 @@ from pytest_benchmark.utils import parse_compare_fail
 
 from harness.perf.ab import duet, paired, revision
 from harness.perf.stored import stats
+from harness.perf.outcome import Outcome, settled
 from harness.perf.ab.gate import ABGate, ABSettings
 from harness.perf.ab.arms import Arm
 from harness.perf.combinations import Combination, PerfSettings
@@ -95,11 +96,11 @@ def simulate(aa_ratios: list[dict[str, float]], level: float, settings: PerfSett
             verdicts = [paired.decide(m, [r[m] * ((1 - level) if m != "speedup" else 1) for r in rounds[:n]],
                                       design, at_cap=n >= settings.max_rounds).verdict
                         for m in METRICS]
-            if paired.settled(verdicts):
+            if settled(verdicts):
                 break
             n = min(n + settings.batch, settings.max_rounds)
-        counts["regression"] += paired.REGRESSION in verdicts
-        counts["undecided"] += paired.REGRESSION not in verdicts and paired.UNDECIDED in verdicts
+        counts["regression"] += Outcome.REGRESSION in verdicts
+        counts["undecided"] += Outcome.REGRESSION not in verdicts and Outcome.UNDECIDED in verdicts
         counts["rounds"] += n
     return {"regression": counts["regression"] / trials, "undecided": counts["undecided"] / trials,
             "rounds": counts["rounds"] / trials}
@@ -169,7 +170,7 @@ def stored_gate_fails(stored: dict[str, list[float]], measured: dict[str, list[f
         tol = stats.calibrated_tolerance(stored[m], cap=settings.max_rounds, alpha=alpha, drift=drift,
                                          floor=settings.tolerance_floor)
         d = stats.compare_samples(m, stored[m], measured[m], tol, alpha=alpha, at_cap=True, drift_sd=drift)
-        failed |= d.verdict == stats.REGRESSION
+        failed |= d.verdict == Outcome.REGRESSION
         widest = max(widest, tol)
     return failed, widest
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from harness.core import descriptive, interleave, jsonio, registry
 from harness.perf.stored import stats
+from harness.perf.outcome import Outcome
 from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.record import METRICS
 from harness.perf.runner import PlantedSlowdown, Runner, load_pair
@@ -71,12 +72,12 @@ def our_gate(rng, base, meas, settings, tolerance, drift):
         verdicts = [stats.compare_samples(m, base[m], [meas[m][i] for i in picks], tolerance[m], alpha=alpha,
                                           at_cap=at_cap, drift_sd=drift[m][0]).verdict
                     for m in METRICS]
-        if stats.REGRESSION in verdicts:
-            return stats.REGRESSION, len(picks)
-        if stats.UNDECIDED in verdicts:
-            return stats.UNDECIDED, len(picks)
-        if stats.INCONCLUSIVE not in verdicts:
-            return stats.PASS, len(picks)
+        if Outcome.REGRESSION in verdicts:
+            return Outcome.REGRESSION, len(picks)
+        if Outcome.UNDECIDED in verdicts:
+            return Outcome.UNDECIDED, len(picks)
+        if Outcome.INCONCLUSIVE not in verdicts:
+            return Outcome.PASS, len(picks)
         picks += [rng.randrange(len(meas["speedup"])) for _ in range(settings.batch)]
 
 
@@ -98,7 +99,7 @@ def parametric_rates(rng, pools, levels, settings, tolerance, trials):
 
     out = {}
     for lv in levels:
-        counts = {stats.PASS: 0, stats.REGRESSION: 0, stats.UNDECIDED: 0}
+        counts = {Outcome.PASS: 0, Outcome.REGRESSION: 0, Outcome.UNDECIDED: 0}
         used = []
         for _ in range(trials):
             base = run(0.0, settings.max_rounds)
@@ -108,7 +109,7 @@ def parametric_rates(rng, pools, levels, settings, tolerance, trials):
             verdict, rounds = our_gate(rng, base, run(lv, settings.max_rounds), settings, tol, drift)
             counts[verdict] += 1
             used.append(rounds)
-        out[lv] = {"fail": counts[stats.REGRESSION] / trials, "undecided": counts[stats.UNDECIDED] / trials,
+        out[lv] = {"fail": counts[Outcome.REGRESSION] / trials, "undecided": counts[Outcome.UNDECIDED] / trials,
                    "rounds": statistics.fmean(used)}
     return out
 
@@ -220,8 +221,8 @@ def replay_table(rng, levels, pools, settings, cal, args, round_s):
                "pytest_benchmark_minutes": settings.rounds * round_s / 60}
         cells = []
         for name in ("fixed", "calibrated"):
-            fail = counts[name].get(stats.REGRESSION, 0) / args.trials
-            und = counts[name].get(stats.UNDECIDED, 0) / args.trials
+            fail = counts[name].get(Outcome.REGRESSION, 0) / args.trials
+            und = counts[name].get(Outcome.UNDECIDED, 0) / args.trials
             minutes = statistics.fmean(used[name]) * round_s / 60
             row[name] = {"fail": fail, "undecided": und, "minutes": minutes}
             cells += [f"{fail:>6.1%} / {und:>5.1%}", f"{minutes:>7.1f} m"]

@@ -66,7 +66,7 @@ class PerfSession:
         self.gated = 0  # perf tests selected to run (the A/B gate's family of tests)
         self.notes: list[str] = []  # lines for the end of the run: software changes, host checks (once each)
         self.probe: dict[str, Any] | None = None  # this host's speed probe, measured once when first needed
-        self.plan: duet.Plan | None = None  # the A/B gate's arms side by side or in turn (--perf-duet), resolved once
+        self.plan: duet.Plan = duet.IN_TURN  # the A/B gate's arms side by side or in turn: --perf-duet, set at configure
 
     # models: one pair in memory at a time (24 GiB here)
     def models_for(self, combo: Combination) -> LoadedPair:
@@ -172,10 +172,8 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
 
     settings = ABSettings(tolerance=opt("perf_tolerance") or ABSettings().tolerance,
                           tests=len(METRICS) * max(1, session.gated))
-    if session.plan is None:
-        session.plan = duet.plan(opt("perf_duet"))
-        session.note(session.plan.reason)
     plan = session.plan
+    session.note(plan.reason)
     try:
         result = ABGate(combo, session.settings, Arm("base", base, env=plan.env()),
                         Arm("candidate", candidate, env=plan.env()), load_request, settings,

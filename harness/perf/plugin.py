@@ -18,7 +18,7 @@ from harness.core import hostspeed, platform, registry
 from harness.core.errors import HarnessError, did_you_mean
 from harness.perf.ab import duet
 from harness.perf.combinations import combinations
-from harness.perf.gates import PerfSession, ab_trees, run_gate  # noqa: F401 - run_gate: tests/perf's entry point
+from harness.perf.gates import PerfSession, ab_trees
 from harness.perf.stored import baselines, host
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perf-plant-slowdown", type=float, default=0.0, metavar="FRACTION",
                 help="check the gate itself: make the forward pass of the target (or, with --perf-plant-into "
                      "draft, the draft) FRACTION slower (e.g. 0.25)")
-    g.addoption("--perf-duet", choices=("on", "off", "auto"), default="auto",
+    g.addoption("--perf-duet", choices=duet.CHOICES, default="auto",
                 help="A/B gate: run both arms' rounds at the same time, each on a core of its own with one thread, "
                      "swapping cores every round (on), or in turn with every core each (off); auto: side by side "
                      "where this process may use 2 cores (default)")
@@ -101,11 +101,6 @@ def _check_options(config: pytest.Config) -> None:
         bad("--perf-against", "cannot be combined with --update-baselines (an A/B run stores no baseline)")
     if planted and config.getoption("update_baselines"):
         bad("--perf-plant-slowdown", "cannot be combined with --update-baselines (it would store a slowed baseline)")
-    if config.getoption("perf_duet") == "on":
-        try:
-            duet.plan("on")
-        except HarnessError as exc:
-            raise pytest.UsageError(str(exc)) from None
     directory = Path(config.getoption("baselines_dir"))
     if directory.exists() and not directory.is_dir():
         bad("--baselines-dir", f"{directory} is not a folder")
@@ -131,6 +126,10 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--platform {name!r} is not in the registry; available: "
                                     f"{', '.join(matrix.platforms)}")
     session = PerfSession(config, matrix, combos)
+    try:
+        session.plan = duet.plan(config.getoption("perf_duet"))
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if config.getoption("perf_against"):
         try:
             session.trees = ab_trees(config.getoption("perf_against"))

@@ -63,7 +63,7 @@ def test_the_verdict_moves_with_a_slowdown_planted_in_the_candidate(tiny):
     slowed, rec = ab(tiny, "--perf-plant-slowdown", "3", "--perf-max-repeats", "15")
     assert slowed.returncode == 1, slowed.stdout[-3000:]
     assert rec["verdict"] == "regression"
-    assert len(rec["rounds"]) < 15  # a regression ends the gate before the cap (paired.settled)
+    assert len(rec["rounds"]) < 15  # a regression ends the gate before the cap (settled)
     assert f"perf regression in {CID}: candidate working tree" in slowed.stdout
     assert "against base HEAD" in slowed.stdout
     # the gate stops at the first metric that regressed: plain or assisted, whichever settles first

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from harness.perf.ab import paired
+from harness.perf.outcome import Outcome, settled
 
 TOL = 0.10
 CLEAR = paired.Design(tolerance=TOL, tests=1, looks=1, family_alpha=0.002, miss_rate=0.001)
@@ -17,8 +18,8 @@ def ratios(rng: random.Random, change: float, noise: float, n: int) -> list[floa
     return [(1 + change) * rng.lognormvariate(0, noise) for _ in range(n)]
 
 
-@pytest.mark.parametrize("change, verdict", [(0.0, paired.PASS), (-0.10, paired.REGRESSION),
-                                             (0.10, paired.IMPROVEMENT)])
+@pytest.mark.parametrize("change, verdict", [(0.0, Outcome.PASS), (-0.10, Outcome.REGRESSION),
+                                             (0.10, Outcome.IMPROVEMENT)])
 def test_clear_changes_are_called(change, verdict):
     d = paired.decide("speedup", ratios(random.Random(1), change, 0.02, 12), CLEAR, at_cap=False)
     assert d.verdict == verdict
@@ -27,16 +28,16 @@ def test_clear_changes_are_called(change, verdict):
 
 
 def test_a_gate_stops_at_a_regression_or_when_every_metric_is_decided():
-    assert paired.settled([paired.REGRESSION, paired.INCONCLUSIVE])  # the outcome is a regression already
-    assert paired.settled([paired.PASS, paired.IMPROVEMENT])
-    assert not paired.settled([paired.PASS, paired.INCONCLUSIVE])
+    assert settled([Outcome.REGRESSION, Outcome.INCONCLUSIVE])  # the outcome is a regression already
+    assert settled([Outcome.PASS, Outcome.IMPROVEMENT])
+    assert not settled([Outcome.PASS, Outcome.INCONCLUSIVE])
 
 
 def test_too_noisy_is_inconclusive_then_undecided_at_the_cap():
     r = ratios(random.Random(2), -0.05, 0.10, 6)
-    assert paired.decide("plain_tokens_per_sec", r, CLEAR, at_cap=False).verdict == paired.INCONCLUSIVE
+    assert paired.decide("plain_tokens_per_sec", r, CLEAR, at_cap=False).verdict == Outcome.INCONCLUSIVE
     undecided = paired.decide("plain_tokens_per_sec", r, CLEAR, at_cap=True)
-    assert undecided.verdict == paired.UNDECIDED and "too noisy to tell a 10% change" in undecided.describe()
+    assert undecided.verdict == Outcome.UNDECIDED and "too noisy to tell a 10% change" in undecided.describe()
 
 
 def simulate(change: float, noise: float, trials: int, seed: int) -> dict[str, int]:
@@ -50,7 +51,7 @@ def simulate(change: float, noise: float, trials: int, seed: int) -> dict[str, i
         n = rounds
         while True:
             d = paired.decide("m", r[:n], design, at_cap=n >= cap)
-            if d.verdict != paired.INCONCLUSIVE:
+            if d.verdict != Outcome.INCONCLUSIVE:
                 break
             n = min(n + batch, cap)
         out[d.verdict] = out.get(d.verdict, 0) + 1
@@ -60,19 +61,19 @@ def simulate(change: float, noise: float, trials: int, seed: int) -> dict[str, i
 def test_sequential_error_rates():
     # A/A: a false regression or improvement in well under the family's 1% (one of six tests here)
     aa = simulate(0.0, 0.05, 2000, seed=3)
-    assert aa.get(paired.REGRESSION, 0) + aa.get(paired.IMPROVEMENT, 0) <= 4, aa
-    assert aa.get(paired.PASS, 0) >= 1990, aa  # a pass needs no false-alarm bar: unchanged code passes
+    assert aa.get(Outcome.REGRESSION, 0) + aa.get(Outcome.IMPROVEMENT, 0) <= 4, aa
+    assert aa.get(Outcome.PASS, 0) >= 1990, aa  # a pass needs no false-alarm bar: unchanged code passes
     # a real 10% slowdown at the same noise: caught in nearly every gate, never passed
     slow = simulate(-0.10, 0.05, 500, seed=4)
-    assert slow.get(paired.REGRESSION, 0) >= 490, slow
-    assert slow.get(paired.PASS, 0) == 0, slow
+    assert slow.get(Outcome.REGRESSION, 0) >= 490, slow
+    assert slow.get(Outcome.PASS, 0) == 0, slow
 
 
 def test_a_slowdown_at_the_threshold_passes_at_most_the_miss_rate():
     # exactly T/2 slower: PASS is the miss the design bounds by miss_rate (5%) over all looks
     edge = simulate(-TOL / 2, 0.05, 2000, seed=5)
-    assert edge.get(paired.PASS, 0) <= 2000 * paired.DEFAULT_MISS_RATE, edge
-    assert edge.get(paired.REGRESSION, 0) >= 600, edge  # about half the estimates fall beyond T/2
+    assert edge.get(Outcome.PASS, 0) <= 2000 * paired.DEFAULT_MISS_RATE, edge
+    assert edge.get(Outcome.REGRESSION, 0) >= 600, edge  # about half the estimates fall beyond T/2
 
 
 def test_noisy_machine_still_passes_unchanged_code():
@@ -80,11 +81,11 @@ def test_noisy_machine_still_passes_unchanged_code():
     # regression and passes in most gates within the cap of 30; a PASS held to the false-alarm bar
     # (alpha, as a regression is) passed 159 of these 1000
     aa = simulate(0.0, 0.10, 1000, seed=6)
-    assert aa.get(paired.REGRESSION, 0) == 0 and aa.get(paired.PASS, 0) >= 600, aa
+    assert aa.get(Outcome.REGRESSION, 0) == 0 and aa.get(Outcome.PASS, 0) >= 600, aa
 
 
 def test_a_significant_change_below_half_the_tolerance_is_not_called():
     # 3% slower with a 0.5% spread: significant, but below T/2 (5%): it passes, never a regression
     # (one worker pair's offset looks like this; see paired.py)
     quiet = simulate(-0.03, 0.005, 300, seed=7)
-    assert set(quiet) == {paired.PASS}, quiet
+    assert set(quiet) == {Outcome.PASS}, quiet

@@ -4,10 +4,8 @@ a running worker from outside (so an older base revision runs side by side too).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from harness.perf.record import METRICS, Round, Samples
 from harness.perf.stored.verdict import Verdict, confirm, evaluate
-from harness.perf.stored import stats
+from harness.perf.outcome import Outcome
 
 SETTINGS = SimpleNamespace(rounds=8, batch=8, max_rounds=16, looks=lambda: 2, tolerance_override=None)
 
@@ -59,9 +59,9 @@ def first_then_confirm(levels: list[float]) -> tuple[Verdict, Verdict]:
 
 def test_a_burst_of_contention_is_undecided_not_failed():
     first, final = first_then_confirm([0.25] * 16 + [1.0] * 16)
-    assert first.failed and first.decisions["plain_tokens_per_sec"].verdict == stats.REGRESSION
+    assert first.failed and first.decisions["plain_tokens_per_sec"].verdict == Outcome.REGRESSION
     assert not final.failed
-    assert final.decisions["plain_tokens_per_sec"].verdict == stats.UNDECIDED
+    assert final.decisions["plain_tokens_per_sec"].verdict == Outcome.UNDECIDED
     assert any("failed in a first measurement (-75" in n and "not in its confirmation" in n for n in final.notes)
     assert final.rounds > first.rounds  # both measurements counted
 
@@ -69,17 +69,17 @@ def test_a_burst_of_contention_is_undecided_not_failed():
 def test_a_real_regression_fails_twice_and_says_it_was_confirmed():
     first, final = first_then_confirm([0.6] * 32)
     assert first.failed and final.failed
-    assert final.decisions["plain_tokens_per_sec"].verdict == stats.REGRESSION
+    assert final.decisions["plain_tokens_per_sec"].verdict == Outcome.REGRESSION
     assert any("confirmed by a second, independent measurement" in n for n in final.notes)
 
 
 def test_a_metric_that_fails_only_in_the_confirmation_is_undecided():
     # first: the whole machine slow (both tokens/s fail, speedup passes); then: only assisted slow
     first, final = first_then_confirm([(0.25, 0.25)] * 16 + [(1.0, 0.5)] * 16)
-    assert first.decisions["speedup"].verdict == stats.PASS
-    assert final.decisions["speedup"].verdict == stats.UNDECIDED
-    assert final.decisions["plain_tokens_per_sec"].verdict == stats.UNDECIDED
-    assert final.decisions["assisted_tokens_per_sec"].verdict == stats.REGRESSION  # failed both times
+    assert first.decisions["speedup"].verdict == Outcome.PASS
+    assert final.decisions["speedup"].verdict == Outcome.UNDECIDED
+    assert final.decisions["plain_tokens_per_sec"].verdict == Outcome.UNDECIDED
+    assert final.decisions["assisted_tokens_per_sec"].verdict == Outcome.REGRESSION  # failed both times
     assert any(n.startswith("speedup failed only in the confirmation") for n in final.notes)
 
 

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from harness.perf.stored import stats
+from harness.perf.outcome import Outcome
 
 
 def lognormal(rng: random.Random, n: int, median: float, cv: float) -> list[float]:
@@ -44,14 +45,14 @@ def run_sequential(rng, slowdown: float | None, cv: float, tolerance: float | No
     while True:
         d = stats.compare_samples("tokens_per_sec", baseline, run[:n], tolerance, alpha=alpha, at_cap=n >= cap,
                                   drift_sd=est)
-        if d.verdict != stats.INCONCLUSIVE:
+        if d.verdict != Outcome.INCONCLUSIVE:
             return d
         n += batch
 
 
 def rates(rng, trials, **kw):
     verdicts = [run_sequential(rng, **kw).verdict for _ in range(trials)]
-    return {v: verdicts.count(v) / trials for v in (stats.PASS, stats.REGRESSION, stats.UNDECIDED)}
+    return {v: verdicts.count(v) / trials for v in (Outcome.PASS, Outcome.REGRESSION, Outcome.UNDECIDED)}
 
 
 @pytest.mark.parametrize("cv", [0.03, 0.09])
@@ -62,8 +63,8 @@ def test_error_rates_at_the_calibrated_tolerance(cv):
     rng = random.Random(1234)
     unchanged = rates(rng, 400, slowdown=0.0, cv=cv)
     slowed = rates(rng, 400, slowdown=None, cv=cv)
-    assert unchanged[stats.REGRESSION] <= 0.015 and unchanged[stats.UNDECIDED] <= 2 * stats.DEFAULT_BETA
-    assert slowed[stats.REGRESSION] >= 0.95
+    assert unchanged[Outcome.REGRESSION] <= 0.015 and unchanged[Outcome.UNDECIDED] <= 2 * stats.DEFAULT_BETA
+    assert slowed[Outcome.REGRESSION] >= 0.95
 
 
 def test_between_run_drift_is_what_keeps_false_alarms_down():
@@ -73,18 +74,18 @@ def test_between_run_drift_is_what_keeps_false_alarms_down():
     rng = random.Random(99)
     cv, drift = 0.04, 0.05
     naive = rates(rng, 300, slowdown=0.0, cv=cv, drift=drift, use_drift=False)
-    assert naive[stats.REGRESSION] > 0.05
+    assert naive[Outcome.REGRESSION] > 0.05
     modelled = rates(rng, 300, slowdown=0.0, cv=cv, drift=drift)
-    assert modelled[stats.REGRESSION] <= 0.02
+    assert modelled[Outcome.REGRESSION] <= 0.02
 
 
 def test_clear_cases_and_the_message():
     rng = random.Random(7)
     base = lognormal(rng, 20, 10.0, 0.02)
     same = stats.compare_samples("speedup", base, lognormal(rng, 20, 10.0, 0.02), 0.10)
-    assert same.verdict == stats.PASS
+    assert same.verdict == Outcome.PASS
     slow = stats.compare_samples("speedup", base, lognormal(rng, 20, 7.0, 0.02), 0.10, drift_sd=0.01)
-    assert slow.verdict == stats.REGRESSION
+    assert slow.verdict == Outcome.REGRESSION
     text = slow.describe()
     for part in ("speedup: baseline median", "measured median", "-29.9%", "tolerance 10%", "Welch t =", "n = 20",
                  "between-run spread 1.0%"):
@@ -95,9 +96,9 @@ def test_noise_gives_inconclusive_then_undecided_at_the_cap():
     rng = random.Random(3)
     base, meas = lognormal(rng, 4, 10.0, 0.3), lognormal(rng, 4, 9.6, 0.3)
     d = stats.compare_samples("tokens_per_sec", base, meas, 0.10)
-    assert d.verdict == stats.INCONCLUSIVE
+    assert d.verdict == Outcome.INCONCLUSIVE
     capped = stats.compare_samples("tokens_per_sec", base, meas, 0.10, at_cap=True)
-    assert capped.verdict == stats.UNDECIDED  # never a pass or a fail by a coin toss
+    assert capped.verdict == Outcome.UNDECIDED  # never a pass or a fail by a coin toss
     assert "UNDECIDED at the cap of 4 rounds: this machine is too noisy to tell a 10% change" in capped.describe()
 
 
@@ -128,8 +129,8 @@ def test_bad_inputs():
 
 def test_exact_counters():
     base = {"p0": {"accepted": 5, "drafted": 6, "target_forwards": 3, "new_tokens": 8}}
-    assert stats.compare_exact(base, base).verdict == stats.PASS
+    assert stats.compare_exact(base, base).verdict == Outcome.PASS
     changed = {"p0": {**base["p0"], "accepted": 4}}
     d = stats.compare_exact(base, changed)
-    assert d.verdict == stats.REGRESSION and "p0 accepted: baseline 5, measured 4" in d.describe()
+    assert d.verdict == Outcome.REGRESSION and "p0 accepted: baseline 5, measured 4" in d.describe()
     assert "p1: measured, not in the baseline" in stats.compare_exact(base, {**base, "p1": base["p0"]}).describe()

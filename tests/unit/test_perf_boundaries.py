@@ -18,7 +18,7 @@ import pytest
 
 from harness.core import hostspeed, platform, registry
 from harness.core.errors import HarnessError, RegistryError
-from harness.perf import plugin
+from harness.perf import gates, plugin
 from harness.perf.stored import baselines
 from harness.perf import report as perf_report
 from harness.perf.combinations import PerfSettings, combinations
@@ -165,7 +165,7 @@ def test_a_host_far_from_the_baselines_host_is_deferred_not_passed(tmp_path):
     baselines.write(baselines.path_for(tmp_path, platform.detect("cpu").id), doc)
     session = plugin.PerfSession(fake_config(tmp_path), matrix, combos)
     with pytest.raises(pytest.skip.Exception, match=f"{re.escape(cpu.id)}: DEFERRED: this host's probe is .*% slower"):
-        plugin.run_gate(session, cpu, request=None)  # deferred before any model is loaded
+        gates.run_gate(session, cpu, request=None)  # deferred before any model is loaded
     assert session.loaded is None
     result = session.results[-1]
     assert result.verdict == "deferred" and result.host["comparable"] is False

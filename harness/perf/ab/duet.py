@@ -13,14 +13,11 @@ every thread it has), so a base revision from before duet runs side by side too.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.errors import HarnessError
-
-log = logging.getLogger(__name__)
 
 OPTION = "--perf-duet"
 CHOICES = ("on", "off", "auto")
@@ -39,7 +36,7 @@ class Plan:
     """How the A/B gate runs its arms, resolved once at the start of a gate run."""
     mode: str                          # DUET or INTERLEAVED
     cores: tuple[int, int] | None      # DUET: the two cores the arms take in turn
-    reason: str                        # why this mode (printed once, recorded in results.json)
+    reason: str                        # why this mode (a line of the run's notes)
 
     @property
     def duet(self) -> bool:
@@ -55,6 +52,9 @@ class Plan:
         return dict(ONE_THREAD) if self.duet else {}
 
 
+IN_TURN = Plan(INTERLEAVED, None, f"{OPTION} off: the arms take turns, each with every core")
+
+
 def allowed_cores() -> list[int]:
     """The cores this process may run on (its CPU affinity), in order."""
     try:
@@ -68,9 +68,9 @@ def plan(choice: str, cores: list[int] | None = None) -> Plan:
     option; `auto` runs side by side when 2 cores are there, and says so either way."""
     if choice not in CHOICES:
         raise DuetError(f"{OPTION} {choice!r}: choose one of {', '.join(CHOICES)}")
-    cores = allowed_cores() if cores is None else cores
     if choice == "off":
-        return Plan(INTERLEAVED, None, f"{OPTION} off: the arms take turns, each with every core")
+        return IN_TURN
+    cores = allowed_cores() if cores is None else cores
     if len(cores) < 2:
         why = (f"this process may run on {len(cores)} core(s) ({cores}); side-by-side arms need 2 "
                "(widen the CPU affinity, e.g. taskset -c 0,1)")

@@ -84,7 +84,7 @@ class ABGate:
                  load_request: Callable[[str], dict[str, Any]], ab: ABSettings, guard: LoadGuard | None = None,
                  plan: duet.Plan | None = None):
         self.combo, self.settings, self.ab = combo, settings, ab
-        self.plan = plan or duet.plan("off")
+        self.plan = plan or duet.IN_TURN
         self.arms = {"base": base, "candidate": candidate}
         self.load_request = load_request  # arm name -> its load request (the candidate's may plant a slowdown)
         self.guard = guard or LoadGuard()

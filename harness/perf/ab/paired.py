@@ -3,7 +3,7 @@
 Both arms run each round within the same minute, so noise that moves the whole machine (another
 tenant, a frequency step) hits both and cancels in d = ln(candidate / base). The gate looks at the
 mean of d after `rounds`, then every `batch` rounds up to `cap`, and stops as soon as a metric
-regressed or every metric is decided (`settled`).
+regressed or every metric is decided (harness/perf/outcome.py `settled`).
 
 With tolerance T (the slowdown the gate exists to catch), each call carries its own stated error
 rate:
@@ -39,10 +39,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.perf.outcome import Outcome, settled  # noqa: F401 - settled: the gate's stopping rule
+from harness.perf.outcome import Outcome
 
-PASS, REGRESSION, IMPROVEMENT, INCONCLUSIVE, UNDECIDED = (Outcome.PASS, Outcome.REGRESSION, Outcome.IMPROVEMENT,
-                                                          Outcome.INCONCLUSIVE, Outcome.UNDECIDED)
 DEFAULT_FAMILY_ALPHA = 0.01
 DEFAULT_MISS_RATE = 0.05
 
@@ -95,7 +93,7 @@ class PairedDecision:
                 f"{100 * (1 - self.beta):.1f}% lower bound {(self.pass_bound - 1) * 100:+.1f}%, "
                 f"{self.rounds} paired rounds; regression when significant and beyond -{self.tolerance / 2:.1%}, "
                 f"pass when -{self.tolerance / 2:.1%} is ruled out)")
-        if self.verdict == UNDECIDED:
+        if self.verdict == Outcome.UNDECIDED:
             line += (f" -- at the cap the data allow neither a pass (no slowdown of {self.tolerance / 2:.1%}) nor a "
                      f"regression call: too noisy to tell a {self.tolerance:.0%} change from none "
                      "(raise --perf-max-repeats or use a quieter machine)")
@@ -115,19 +113,19 @@ def decide(metric: str, ratios: Sequence[float], design: Design, *, at_cap: bool
     n, tol = len(d), design.tolerance
     mean = statistics.fmean(d)
     if n < 2:
-        return PairedDecision(metric, UNDECIDED if at_cap else INCONCLUSIVE, math.exp(mean) - 1, 0.0, math.inf, 0.0,
-                              n, tol, design.alpha, design.beta)
+        verdict = Outcome.UNDECIDED if at_cap else Outcome.INCONCLUSIVE
+        return PairedDecision(metric, verdict, math.exp(mean) - 1, 0.0, math.inf, 0.0, n, tol, design.alpha, design.beta)
     se = statistics.stdev(d) / math.sqrt(n)
     half = _t(1 - design.alpha, n - 1) * se
     low, high = mean - half, mean + half
     pass_bound = mean - _t(1 - design.beta, n - 1) * se
     if high < 0 and mean < math.log(1 - tol / 2):
-        verdict = REGRESSION
+        verdict = Outcome.REGRESSION
     elif low > 0 and mean > math.log(1 + tol / 2):
-        verdict = IMPROVEMENT
+        verdict = Outcome.IMPROVEMENT
     elif pass_bound > math.log(1 - tol / 2):
-        verdict = PASS
+        verdict = Outcome.PASS
     else:
-        verdict = UNDECIDED if at_cap else INCONCLUSIVE
+        verdict = Outcome.UNDECIDED if at_cap else Outcome.INCONCLUSIVE
     return PairedDecision(metric, verdict, math.exp(mean) - 1, math.exp(low), math.exp(high), math.exp(pass_bound),
                           n, tol, design.alpha, design.beta)

@@ -35,7 +35,6 @@ from typing import Any
 
 from harness.perf.outcome import Outcome
 
-PASS, REGRESSION, INCONCLUSIVE, UNDECIDED = Outcome.PASS, Outcome.REGRESSION, Outcome.INCONCLUSIVE, Outcome.UNDECIDED
 DEFAULT_ALPHA = 0.01  # one-sided error rate of each decision, split over the looks at the data
 DEFAULT_BETA = 0.05  # at the calibrated tolerance: chance that a change of the full tolerance is not resolved
 
@@ -71,7 +70,7 @@ class GateDecision:
         change = (self.ratio - 1) * 100
         how = (f" -- UNDECIDED at the cap of {self.n_measured} rounds: this machine is too noisy to tell a "
                f"{self.tolerance:.0%} change from none (raise --perf-max-repeats, use a quieter machine, or widen "
-               f"--perf-tolerance)") if self.verdict == UNDECIDED else ""
+               f"--perf-tolerance)") if self.verdict == Outcome.UNDECIDED else ""
         drift = f", between-run spread {self.drift_sd:.1%}" if self.drift_sd else ""
         return (f"{self.metric}: baseline median {self.baseline_median:.4g}, measured median "
                 f"{self.measured_median:.4g} ({change:+.1f}%, {100 * (1 - self.alpha):.1f}% CI of the ratio "
@@ -112,11 +111,11 @@ def compare_samples(metric: str, baseline: Sequence[float], measured: Sequence[f
     lo, hi = math.exp(diff - half), math.exp(diff + half)
     threshold = 1 - tolerance / 2
     if hi < threshold:
-        verdict = REGRESSION
+        verdict = Outcome.REGRESSION
     elif lo > threshold:
-        verdict = PASS
+        verdict = Outcome.PASS
     else:
-        verdict = UNDECIDED if at_cap else INCONCLUSIVE
+        verdict = Outcome.UNDECIDED if at_cap else Outcome.INCONCLUSIVE
     return GateDecision(metric=metric, verdict=verdict, baseline_median=statistics.median(math.exp(x) for x in b),
                         measured_median=statistics.median(math.exp(x) for x in m), ratio=math.exp(diff), ci_low=lo,
                         ci_high=hi, threshold=threshold, tolerance=tolerance, t_statistic=t_stat, df=df, alpha=alpha,
@@ -169,7 +168,7 @@ class ExactDecision:
     differences: list[str]
 
     def describe(self) -> str:
-        return "exact counters: " + ("equal to the baseline" if self.verdict == PASS
+        return "exact counters: " + ("equal to the baseline" if self.verdict == Outcome.PASS
                                      else "; ".join(self.differences))
 
 
@@ -187,4 +186,4 @@ def compare_exact(baseline: Mapping[str, Mapping[str, int]], measured: Mapping[s
             b, m = baseline[prompt_id].get(key), measured[prompt_id].get(key)
             if b != m:
                 diffs.append(f"{prompt_id} {key}: baseline {b}, measured {m}")
-    return ExactDecision(PASS if not diffs else REGRESSION, diffs)
+    return ExactDecision(Outcome.PASS if not diffs else Outcome.REGRESSION, diffs)

@@ -31,25 +31,24 @@ class Verdict:
 
     @property
     def failed(self) -> bool:
-        return (self.exact is not None and self.exact.verdict == stats.REGRESSION) or any(
-            d.verdict == stats.REGRESSION for d in self.decisions.values())
+        return self.outcome == Outcome.REGRESSION
 
     @property
     def undecided(self) -> list[stats.GateDecision]:
-        return [d for d in self.decisions.values() if d.verdict == stats.UNDECIDED]
+        return [d for d in self.decisions.values() if d.verdict == Outcome.UNDECIDED]
 
     @property
     def outcome(self) -> Outcome:
-        exact_failed = self.exact is not None and self.exact.verdict == stats.REGRESSION
+        exact_failed = self.exact is not None and self.exact.verdict == Outcome.REGRESSION
         return combine((d.verdict for d in self.decisions.values()), behaviour_changed=exact_failed)
 
     def message(self, platform_id: str, baseline_file: str) -> str:
         what = "perf regression" if self.failed else "perf gate undecided"
         lines = [f"{what} in {self.combination} (platform {platform_id}, baseline {baseline_file}):"]
-        if self.exact is not None and self.exact.verdict == stats.REGRESSION:
+        if self.exact is not None and self.exact.verdict == Outcome.REGRESSION:
             lines.append("  " + self.exact.describe())
         for d in self.decisions.values():
-            if d.verdict in (stats.REGRESSION, stats.UNDECIDED):
+            if d.verdict in (Outcome.REGRESSION, Outcome.UNDECIDED):
                 lines.append("  " + d.describe())
         lines += [f"  note: {n}" for n in self.notes]
         lines.append(f"If the change is intended, update this machine's baseline: "
@@ -93,7 +92,7 @@ def evaluate(runner: Runner, baseline: dict[str, Any]) -> Verdict:
     if baseline.get("exact") is not None and runner.combo.decoding == "greedy":
         exact = stats.compare_exact(baseline["exact"], runner.exact_counters() or {})
         if not runner.counters_stable():
-            exact = stats.ExactDecision(stats.REGRESSION, exact.differences + [
+            exact = stats.ExactDecision(Outcome.REGRESSION, exact.differences + [
                 "greedy counters changed between rounds in one process (nondeterministic decoding)"])
     tol = tolerances(baseline, s.tolerance_override)
     alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, s.looks())
@@ -101,14 +100,14 @@ def evaluate(runner: Runner, baseline: dict[str, Any]) -> Verdict:
         at_cap = runner.samples.rounds() >= s.max_rounds
         decisions = {m: stats.compare_samples(m, baseline[m]["samples"], runner.samples.metric(m), tol[m],
                                               alpha=alpha, at_cap=at_cap, drift_sd=baseline[m]["drift_sd"]) for m in METRICS}
-        if at_cap or all(d.verdict != stats.INCONCLUSIVE for d in decisions.values()):
+        if at_cap or all(d.verdict != Outcome.INCONCLUSIVE for d in decisions.values()):
             break
-        pending = [m for m, d in decisions.items() if d.verdict == stats.INCONCLUSIVE]
+        pending = [m for m, d in decisions.items() if d.verdict == Outcome.INCONCLUSIVE]
         log.info("%s: %s inconclusive after %d rounds; %d more", runner.combo.id, ", ".join(pending),
                  runner.samples.rounds(), s.batch)
         for _ in range(min(s.batch, s.max_rounds - runner.samples.rounds())):
             runner.round()
-    if any(d.verdict == stats.UNDECIDED for d in decisions.values()):
+    if any(d.verdict == Outcome.UNDECIDED for d in decisions.values()):
         notes.append(f"reached the cap of {s.max_rounds} rounds without a decision")
     return Verdict(runner.combo.id, exact, decisions, runner.samples.rounds(), notes)
 
@@ -122,10 +121,10 @@ def confirm(runner: Runner, baseline: dict[str, Any], first: Verdict) -> Verdict
     metric fails only when it fails in both measurements. One that failed once and passed or
     stayed inconclusive the second time is UNDECIDED, with both measurements in its note.
     Exact-counter failures are deterministic and are never re-measured."""
-    if not first.failed or (first.exact is not None and first.exact.verdict == stats.REGRESSION):
+    if not first.failed or (first.exact is not None and first.exact.verdict == Outcome.REGRESSION):
         return first
     log.warning("%s: %s failed; confirming with fresh rounds", runner.combo.id,
-                ", ".join(m for m, d in first.decisions.items() if d.verdict == stats.REGRESSION))
+                ", ".join(m for m, d in first.decisions.items() if d.verdict == Outcome.REGRESSION))
     runner.samples = Samples()
     while runner.samples.rounds() < runner.settings.rounds:
         runner.round()
@@ -133,19 +132,19 @@ def confirm(runner: Runner, baseline: dict[str, Any], first: Verdict) -> Verdict
     decisions, notes = {}, list(second.notes)
     for m, d in second.decisions.items():
         was = first.decisions[m]
-        if was.verdict == stats.REGRESSION and d.verdict != stats.REGRESSION:
-            decisions[m] = dataclasses.replace(d, verdict=stats.UNDECIDED)
+        if was.verdict == Outcome.REGRESSION and d.verdict != Outcome.REGRESSION:
+            decisions[m] = dataclasses.replace(d, verdict=Outcome.UNDECIDED)
             notes.append(f"{m} failed in a first measurement ({(was.ratio - 1) * 100:+.1f}%, CI "
                          f"[{was.ci_low:.3f}, {was.ci_high:.3f}], {was.n_measured} rounds) and not in its "
                          f"confirmation ({(d.ratio - 1) * 100:+.1f}%): contention during the first?")
-        elif was.verdict != stats.REGRESSION and d.verdict == stats.REGRESSION:
-            decisions[m] = dataclasses.replace(d, verdict=stats.UNDECIDED)
+        elif was.verdict != Outcome.REGRESSION and d.verdict == Outcome.REGRESSION:
+            decisions[m] = dataclasses.replace(d, verdict=Outcome.UNDECIDED)
             notes.append(f"{m} failed only in the confirmation ({(d.ratio - 1) * 100:+.1f}%, CI "
                          f"[{d.ci_low:.3f}, {d.ci_high:.3f}], {d.n_measured} rounds), not in the first measurement "
                          f"({(was.ratio - 1) * 100:+.1f}%): contention during the second?")
         else:
             decisions[m] = d
-            if was.verdict == stats.REGRESSION:
+            if was.verdict == Outcome.REGRESSION:
                 notes.append(f"{m}: the failure was confirmed by a second, independent measurement "
                              f"(first {(was.ratio - 1) * 100:+.1f}%, then {(d.ratio - 1) * 100:+.1f}%)")
     return Verdict(first.combination, second.exact, decisions, first.rounds + second.rounds, notes)
