@@ -10,7 +10,7 @@ SMOKE_PAIR  ?= smollm2-135m+self
 BENCH_ARGS  ?=
 K_SWEEP     ?= 2-8
 
-.PHONY: setup bench doctor bench-smoke sweep test unit fetch perf perf-ab perf-all perf-update gate-power gate-power-ab clean-venv \
+.PHONY: setup bench doctor bench-smoke sweep test unit fetch perf perf-ab perf-all perf-update gate-power gate-power-ab gate-power-ab-noisy noisy-host clean-venv \
         accuracy accuracy-all humaneval-full sandbox-tools sandbox-selftest quant-table
 
 setup: $(VENV)/.installed
@@ -62,12 +62,24 @@ perf-update: fetch
 gate-power: setup
 	$(PY) benchmarks/gate_power.py $(GATE_POWER_ARGS)
 
-# How well the A/B gate tells a slower commit from noise on the default pair: real gates per planted
-# slowdown (resumed from results/ab_power.jsonl; hours on 2 cores), simulation from the measured A/A
-# rounds, and the stored-baseline gate and pytest-benchmark's compare-fail on the same trials.
-AB_POWER_ARGS ?= --pair $(PAIR) --levels 0,0.05,0.10,0.25 --gates 10
+# How well the A/B gate tells a slower commit from noise on the default pair (docs/perf-gate.md, "Gate
+# power"): real gates per planted slowdown (A/A, a 10% slower target, a 20% slower draft; then 5% at
+# --perf-tolerance 0.05), kept in AB_POWER_OUT and resumed from it (hours on 2 cores), with the rates
+# of gates replayed on its A/A rounds resampled. Under the noisy neighbour: make gate-power-ab-noisy.
+AB_POWER_OUT  ?= results/ab_power.jsonl
+AB_POWER_ARGS ?= --pair $(PAIR) --gates 20 --out $(AB_POWER_OUT)
 gate-power-ab: fetch
-	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS)
+	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS) --levels 0,0.10,draft:0.20
+	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS) --levels 0,0.05 --tolerance 0.05
+
+# A reproducible noisy neighbour (benchmarks/noisy_host.py): bursts of CPU and memory-bandwidth load
+# on every core, for CMD if given (e.g. make noisy-host CMD="make perf-ab"), else until Ctrl-C.
+NOISY_ARGS  ?= --duty 0.3 --burst-ms 200
+noisy-host: setup
+	$(PY) benchmarks/noisy_host.py $(NOISY_ARGS) $(if $(CMD),-- $(CMD))
+
+gate-power-ab-noisy: fetch
+	$(PY) benchmarks/noisy_host.py $(NOISY_ARGS) -- $(MAKE) gate-power-ab
 
 # What each precision buys (quant/): quantize time, decode tokens/s, held-out perplexity per
 # precision of the pair's target and draft, then assisted speedups per target+draft precision.

@@ -1,14 +1,19 @@
 """How well does the A/B gate tell a slower commit from noise on this machine?
 
 Runs whole A/B gates (harness/perf/ab/gate.py) of the working tree against a base revision, with a
-slowdown planted in the candidate's target forward pass only (0 = A/A), and records each finished
-gate to a JSON-lines file, so an interrupted run resumes where it stopped. Then prints, per
-planted level: detection (REGRESSION) and false-alarm rates, UNDECIDED, rounds and minutes per gate;
-and the same rates from a simulation that resamples the measured A/A per-round ratios (shifted by
-each level) through the gate's own sequential procedure, for rates tighter than a few real gates give.
+slowdown planted in the candidate's target forward pass (0 = A/A) or, as draft:F, in its draft's
+forward only, and records each finished gate (both arms' rounds) to a JSON-lines file, so an
+interrupted run resumes where it stopped. Each row names the host condition (quiet, or noisy under
+benchmarks/noisy_host.py), the arms' mode and the CPU class. Then prints, per level: detection
+(REGRESSION) and false-alarm rates, UNDECIDED, rounds and minutes per gate; and the same rates over
+--trials gates replayed through the gate's own code on the kept A/A rounds resampled by worker pair
+(harness/perf/replay.py), each level's measured shift applied, for rates tighter than real gates give.
 
     python benchmarks/ab_power.py --pair smollm2-135m+self --levels 0,0.10 --gates 5
-    python benchmarks/ab_power.py --pair qwen-coder-1.5b+0.5b --levels 0,0.05,0.10,0.25 --gates 10   # hours
+    python benchmarks/ab_power.py --pair qwen-coder-1.5b+0.5b --levels 0,0.10,draft:0.20 --gates 20   # hours
+    python benchmarks/noisy_host.py -- python benchmarks/ab_power.py --levels 0,0.10 --gates 20     # noisy
+    python benchmarks/ab_power.py --gates 0 --out benchmarks/data/ab_power_avx512-bf16_duet_quiet.jsonl \
+        --pair qwen-coder-1.5b+0.5b --levels 0,0.10 --duet on                    # the tables from kept rows
 """
 
 from __future__ import annotations
@@ -26,13 +31,15 @@ from pathlib import Path
 from harness.core import registry
 from pytest_benchmark.utils import parse_compare_fail
 
-from harness.perf.ab import duet, paired, revision
+from harness.perf import replay
+from harness.perf.ab import duet, revision
 from harness.perf.stored import stats
-from harness.perf.outcome import Outcome, settled
+from harness.perf.outcome import Outcome
 from harness.perf.ab.gate import ABGate, ABSettings
 from harness.perf.ab.arms import Arm
+from harness.perf.ab.loadguard import LoadGuard, noise_pids
 from harness.perf.combinations import Combination, PerfSettings
-from harness.perf.record import METRICS
+from harness.perf.record import METRICS, Round
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,14 +48,18 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pair", default="smollm2-135m+self")
     p.add_argument("--against", default="HEAD", help="base revision (default HEAD: the same code, A/A at level 0)")
-    p.add_argument("--levels", default="0,0.10", help="slowdowns planted in the candidate's target forward")
-    p.add_argument("--gates", type=int, default=5, help="real gates per level")
+    p.add_argument("--levels", default="0,0.10",
+                   help="slowdowns planted in the candidate's target forward; draft:F plants F into the draft's "
+                        "forward only (plain decoding untouched), e.g. 0,0.10,draft:0.20")
+    p.add_argument("--gates", type=int, default=5, help="real gates per level (0: only the tables from the kept rows)")
     p.add_argument("--tolerance", type=float, default=ABSettings().tolerance)
     p.add_argument("--trials", type=int, default=5000, help="simulated gates per level")
     p.add_argument("--duet", choices=duet.CHOICES, default="auto",
                    help="the gate's --perf-duet: arms side by side (on), in turn (off), auto (side by side on 2 cores)")
     p.add_argument("--restart-every", type=int, default=ABSettings().restart_every, help="rounds per worker pair")
-    p.add_argument("--condition", default="quiet", help="what else ran on the host (a label kept in each row)")
+    p.add_argument("--condition", default=None,
+                   help="what else ran on the host, a label kept in each row (default: noisy under "
+                        "benchmarks/noisy_host.py, else quiet)")
     p.add_argument("--out", type=Path, default=Path("results/ab_power.jsonl"), help="finished gates (resumed)")
     return p.parse_args(argv)
 
@@ -59,13 +70,28 @@ def combination(matrix: registry.Matrix, pair_name: str) -> Combination:
                        platform="cpu", device="cpu", decoding="greedy", k=pair.num_assistant_tokens, mode=pair.mode)
 
 
-def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, restart_every) -> dict:
+def parse_level(text: str) -> tuple[str, float]:
+    """'0.10' -> ('target', 0.10); 'draft:0.20' -> ('draft', 0.20)."""
+    into, _, fraction = text.rpartition(":")
+    if into not in ("", "target", "draft"):
+        raise SystemExit(f"--levels: {text!r}: give F or draft:F (a fraction), e.g. 0,0.10,draft:0.20")
+    try:
+        return into or "target", float(fraction)
+    except ValueError:
+        raise SystemExit(f"--levels: {text!r}: give F or draft:F (a fraction), e.g. 0,0.10,draft:0.20") from None
+
+
+def level_of(row: dict) -> tuple[str, float]:
+    return row.get("into", "target"), row["level"]
+
+
+def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, restart_every, into="target") -> dict:
     base, candidate = trees
 
     def load_request(arm: str) -> dict:
         return {"op": "load", "matrix": str(matrix.path), "combination": dataclasses.asdict(combo),
                 "settings": dataclasses.asdict(settings),
-                "plant": {"fraction": level, "into": "target"} if arm == "candidate" and level else None}
+                "plant": {"fraction": level, "into": into} if arm == "candidate" and level else None}
 
     start = time.perf_counter()
 
@@ -74,8 +100,8 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
 
     ab = ABSettings(tolerance=tolerance, seed=seed, restart_every=restart_every)
     result = ABGate(combo, settings, Arm("base", base, env=plan.env()), Arm("candidate", candidate, env=plan.env()),
-                    load_request, ab, plan=plan).run(progress)
-    return {"level": level, "outcome": result.outcome.value, "rounds": result.rounds, "redone": result.redone,
+                    load_request, ab, guard=LoadGuard(noise=noise_pids()), plan=plan).run(progress)
+    return {"level": level, "into": into, "tolerance": tolerance, "outcome": result.outcome.value, "rounds": result.rounds, "redone": result.redone,
             "restart_every": ab.restart_every, "mode": result.mode, "cpu_class": matrix.cpu_class,
             "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
             "arms": {arm: {m: [s.metric(m) for s in samples] for m in METRICS} for arm, samples in result.samples.items()},
@@ -83,78 +109,111 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
             "cores": {arm: [s.cpu for s in samples] for arm, samples in result.samples.items()}}
 
 
-def simulate(aa_ratios: list[dict[str, float]], level: float, settings: PerfSettings, tolerance: float,
+def arm_rounds(gate: dict, arm: str) -> list[Round]:
+    values = gate["arms"][arm]
+    return [Round(**{m: values[m][i] for m in METRICS}, counters={}) for i in range(gate["rounds"])]
+
+
+def shifts(done: list[dict], level: tuple[str, float]) -> dict[str, float] | None:
+    """The factor a planted level moves each metric of the candidate by: measured (the mean per-round
+    log ratio of this level's real gates) where there are any; else nominal for a target slowdown
+    (plain and assisted tokens/s 1/(1+L), the speedup left alone); None when nothing says."""
+    gates = [g for g in done if level_of(g) == level]
+    into, fraction = level
+    if not fraction:
+        return {m: 1.0 for m in METRICS}
+    if gates:
+        return {m: math.exp(statistics.fmean(math.log(r) for g in gates for r in g["ratios"][m])) for m in METRICS}
+    if into == "target":
+        return {"plain_tokens_per_sec": 1 / (1 + fraction), "assisted_tokens_per_sec": 1 / (1 + fraction), "speedup": 1.0}
+    return None
+
+
+def simulate(aa: list[dict], shift: dict[str, float], combo: Combination, settings: PerfSettings, ab: ABSettings,
              trials: int, rng: random.Random) -> dict[str, float]:
-    """Gates replayed on resampled A/A rounds, every ratio scaled by (1 - level) for plain and assisted
-    tokens/s (a slower target forward slows both; the speedup moves less and is left as measured)."""
-    design = ABSettings(tolerance=tolerance).design(settings)
+    """Gates replayed through the gate's own code (harness/perf/replay.py) on A/A rounds resampled by
+    worker pair: blocks of `restart_every` consecutive rounds (one worker pair's) drawn with
+    replacement, so that the spread between worker pairs stays in; the candidate's rounds moved by
+    `shift`."""
+    blocks = []
+    for g in aa:
+        base, cand, every = arm_rounds(g, "base"), arm_rounds(g, "candidate"), g.get("restart_every", ab.restart_every)
+        blocks += [list(zip(base[i:i + every], cand[i:i + every])) for i in range(0, len(base), every)]
     counts = {"regression": 0, "undecided": 0, "rounds": 0}
     for _ in range(trials):
-        rounds = [rng.choice(aa_ratios) for _ in range(settings.max_rounds)]
-        n = settings.rounds
-        while True:
-            verdicts = [paired.decide(m, [r[m] * ((1 - level) if m != "speedup" else 1) for r in rounds[:n]],
-                                      design, at_cap=n >= settings.max_rounds).verdict
-                        for m in METRICS]
-            if settled(verdicts):
-                break
-            n = min(n + settings.batch, settings.max_rounds)
-        counts["regression"] += Outcome.REGRESSION in verdicts
-        counts["undecided"] += Outcome.REGRESSION not in verdicts and Outcome.UNDECIDED in verdicts
-        counts["rounds"] += n
-    return {"regression": counts["regression"] / trials, "undecided": counts["undecided"] / trials,
-            "rounds": counts["rounds"] / trials}
+        pairs: list = []
+        while len(pairs) < settings.max_rounds:
+            pairs += rng.choice(blocks)
+        pairs = pairs[:settings.max_rounds]
+        moved = [Round(**{m: c.metric(m) * shift[m] for m in METRICS}, counters={}) for _, c in pairs]
+        result = replay.ab_gate(combo, settings, ab, replay.RecordedArm("base", "A/A resampled", [b for b, _ in pairs]),
+                                replay.RecordedArm("candidate", "A/A resampled", moved)).run()
+        counts["regression"] += result.outcome == Outcome.REGRESSION
+        counts["undecided"] += result.outcome == Outcome.UNDECIDED
+        counts["rounds"] += result.rounds
+    return {k: v / trials for k, v in counts.items()}
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    args.condition = args.condition or ("noisy" if noise_pids() else "quiet")
     matrix = registry.load_matrix()
     combo = combination(matrix, args.pair)
     settings = PerfSettings.from_matrix(matrix)
-    repo = revision.repository_root(REPO)
-    trees = (revision.checkout(repo, args.against), revision.working_tree(repo))
-    levels = [float(x) for x in args.levels.split(",")]
-    done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
+    levels = [parse_level(x) for x in args.levels.split(",")]
     plan = duet.plan(args.duet)
-    done = [g for g in done if g.get("combination") == combo.id and g.get("mode", "interleaved") == plan.mode
+    kept = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
+    # this combination, mode, host condition and CPU class: A/A rounds at any tolerance, gates at this one
+    same = [g for g in kept if g.get("combination") == combo.id and g.get("mode", "interleaved") == plan.mode
             and g.get("condition", "quiet") == args.condition and g.get("cpu_class", matrix.cpu_class) == matrix.cpu_class]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    done = [g for g in same if g.get("tolerance", ABSettings().tolerance) == args.tolerance]
+    if args.gates:
+        repo = revision.repository_root(REPO)
+        trees = (revision.checkout(repo, args.against), revision.working_tree(repo))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
     for i in range(args.gates):  # levels interleaved, so a slow hour of the machine hits every level
         for level in levels:
-            if sum(g["level"] == level for g in done) > i:
+            if sum(level_of(g) == level for g in done) > i:
                 continue
-            print(f"[{combo.id}] level {level:.0%}: gate {i + 1}/{args.gates}", file=sys.stderr, flush=True)
+            into, fraction = level
+            print(f"[{combo.id}] {into} {fraction:.0%}: gate {i + 1}/{args.gates}", file=sys.stderr, flush=True)
             gate = {"combination": combo.id, "condition": args.condition,
-                    **run_gate(matrix, combo, settings, trees, level, args.tolerance, seed=i, plan=plan,
-                               restart_every=args.restart_every)}
+                    **run_gate(matrix, combo, settings, trees, fraction, args.tolerance, seed=i, plan=plan,
+                               restart_every=args.restart_every, into=into)}
             with open(args.out, "a", encoding="utf-8") as fh:  # one line per finished gate: resumable
                 fh.write(json.dumps(gate) + "\n")
             done.append(gate)
+            same.append(gate)
             print(f"  {gate['outcome']} after {gate['rounds']} rounds, {gate['minutes']:.1f} min", file=sys.stderr)
-    report(done, levels, settings, args)
+    report(done, [g for g in same if not g["level"]], levels, combo, settings, plan, args)
     compare_gates(done, levels, settings, args.tolerance)
     return 0
 
 
-def report(done: list[dict], levels: list[float], settings: PerfSettings, args) -> None:
-    aa = [dict(zip(METRICS, values)) for g in done if g["level"] == 0
-          for values in zip(*(g["ratios"][m] for m in METRICS))]
-    print(f"\nA/B gate power, {done[0]['combination'] if done else args.pair}, tolerance {args.tolerance:.0%} "
-          f"(regression: significant and beyond -{args.tolerance / 2:.0%}; pass: -{args.tolerance / 2:.0%} ruled out), rounds {settings.rounds} (+{settings.batch}) up to {settings.max_rounds}")
-    print(f"{'slowdown':>8} | {'real gates':>10} {'regression':>10} {'undecided':>9} {'rounds':>6} {'min/gate':>8} | "
-          f"{'simulated regression':>20} {'undecided':>9} {'rounds':>6}")
+def report(done: list[dict], aa: list[dict], levels: list[tuple[str, float]], combo: Combination,
+           settings: PerfSettings, plan: duet.Plan, args) -> None:
+    ab = ABSettings(tolerance=args.tolerance, restart_every=args.restart_every)
+    print(f"\nA/B gate power, {combo.id}, {plan.mode}, {args.condition}, tolerance {args.tolerance:.0%} "
+          f"(regression: significant and beyond -{args.tolerance / 2:.0%}; pass: -{args.tolerance / 2:.0%} ruled out), "
+          f"rounds {settings.rounds} (+{settings.batch}) up to {settings.max_rounds}; resampled from "
+          f"{sum(g['rounds'] for g in aa)} A/A rounds of {len(aa)} gates")
+    print(f"{'slowdown':>12} | {'real gates':>10} {'regression':>10} {'undecided':>9} {'rounds':>6} {'min/gate':>8} | "
+          f"{'resampled':>9} {'regression':>10} {'undecided':>9} {'rounds':>6}")
     rng = random.Random(20261123)
     for level in levels:
-        gates = [g for g in done if g["level"] == level]
+        gates = [g for g in done if level_of(g) == level]
         n = len(gates) or 1
-        sim = simulate(aa, level, settings, args.tolerance, args.trials, rng) if aa else None
+        shift = shifts(done, level)
+        sim = simulate(aa, shift, combo, settings, ab, args.trials, rng) if aa and shift else None
         real = (f"{len(gates):>10} {sum(g['outcome'] == 'regression' for g in gates) / n:>10.0%} "
                 f"{sum(g['outcome'] == 'undecided' for g in gates) / n:>9.0%} "
                 f"{sum(g['rounds'] for g in gates) / n:>6.1f} {sum(g['minutes'] for g in gates) / n:>8.1f}")
-        simulated = (f"{sim['regression']:>20.1%} {sim['undecided']:>9.1%} {sim['rounds']:>6.1f}" if sim
-                     else f"{'(needs A/A gates)':>37}")
-        print(f"{level:>8.0%} | {real} | {simulated}")
-    spread = {m: math.sqrt(sum(math.log(r[m]) ** 2 for r in aa) / max(1, len(aa) - 1)) for m in METRICS} if aa else {}
+        simulated = (f"{args.trials:>9} {sim['regression']:>10.1%} {sim['undecided']:>9.1%} {sim['rounds']:>6.1f}" if sim
+                     else f"{'(needs A/A gates, and real gates for a draft level)':>38}")
+        print(f"{level[0] + ' ' + format(level[1], '.0%'):>12} | {real} | {simulated}")
+    rounds = [r for g in aa for r in zip(*(g["ratios"][m] for m in METRICS))]
+    spread = {m: math.sqrt(sum(math.log(r[i]) ** 2 for r in rounds) / max(1, len(rounds) - 1))
+              for i, m in enumerate(METRICS)} if rounds else {}
     print("A/A per-round spread of ln(candidate/base): " + ", ".join(f"{m} {v:.1%}" for m, v in spread.items()))
 
 
@@ -193,10 +252,10 @@ def compare_gates(done: list[dict], levels: list[float], settings: PerfSettings,
         print("(the stored-baseline and pytest-benchmark comparison needs 2 gates that recorded both arms)")
         return
     print(f"\nSame trials, three gates (tolerance {tolerance:.0%}): share of gates that call a regression")
-    print(f"{'slowdown':>8} | {'gates':>5} {'A/B gate':>8} {'stored-baseline gate':>20} {'(its tolerance)':>15} "
+    print(f"{'slowdown':>12} | {'gates':>5} {'A/B gate':>8} {'stored-baseline gate':>20} {'(its tolerance)':>15} "
           f"{'pytest-benchmark mean:' + str(round(tolerance * 100)) + '%':>25}")
     for level in levels:
-        rows = [g for g in gates if g["level"] == level]
+        rows = [g for g in gates if level_of(g) == level]
         if not rows:
             continue
         stored_fail, benchmark_fail, widest = 0, 0, []
@@ -208,7 +267,7 @@ def compare_gates(done: list[dict], levels: list[float], settings: PerfSettings,
             benchmark_fail += benchmark_compare_fails(stored, g["arms"]["candidate"], tolerance)
         n = len(rows)
         ab = sum(g["outcome"] == "regression" for g in rows)
-        print(f"{level:>8.0%} | {n:>5} {ab / n:>8.0%} {stored_fail / n:>20.0%} {statistics.median(widest):>15.0%} "
+        print(f"{level[0] + ' ' + format(level[1], '.0%'):>12} | {n:>5} {ab / n:>8.0%} {stored_fail / n:>20.0%} {statistics.median(widest):>15.0%} "
               f"{benchmark_fail / n:>25.0%}")
 
 

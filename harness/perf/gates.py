@@ -20,8 +20,10 @@ import harness
 from harness.core import hostspeed, platform, registry
 from harness.core.errors import HarnessError
 from harness.core.generate import ASSISTED
+from harness.perf import replay
 from harness.perf.ab import duet, reference, revision
 from harness.perf.ab.arms import Arm
+from harness.perf.ab.loadguard import LoadGuard
 from harness.perf.ab.gate import ABGate, ABResult, ABSettings
 from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.outcome import Outcome
@@ -67,6 +69,8 @@ class PerfSession:
         self.notes: list[str] = []  # lines for the end of the run: software changes, host checks (once each)
         self.probe: dict[str, Any] | None = None  # this host's speed probe, measured once when first needed
         self.plan: duet.Plan = duet.IN_TURN  # the A/B gate's arms side by side or in turn: --perf-duet, set at configure
+        self.noise: tuple[int, ...] = ()  # a deliberate noisy neighbour's pids (HARNESS_NOISY_HOST), set at configure
+        self.recording: replay.Recording | None = None  # --perf-replay: rounds to decide from instead of measuring
 
     # models: one pair in memory at a time (24 GiB here)
     def models_for(self, combo: Combination) -> LoadedPair:
@@ -118,6 +122,8 @@ def run_gate(session: PerfSession, combo: Combination, request: pytest.FixtureRe
     if (session.config.getoption("perf_plant_slowdown") and session.config.getoption("perf_plant_into") == "draft"
             and combo.mode != ASSISTED):
         pytest.skip(f"{combo.id}: --perf-plant-into draft: this combination has no draft model ({combo.mode})")
+    if session.recording is not None:
+        return replay_gate(session, combo, request)
     if session.trees is not None:
         return run_ab_gate(session, combo, session.trees)
     baseline = _baseline_or_skip(session, combo)
@@ -170,23 +176,66 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
         return {"op": "load", "matrix": str(matrix) if matrix else None, "combination": combo.as_request(),
                 "settings": dataclasses.asdict(session.settings), "plant": plant if arm == "candidate" else None}
 
-    settings = ABSettings(tolerance=opt("perf_tolerance") or ABSettings().tolerance,
-                          tests=len(METRICS) * max(1, session.gated))
     plan = session.plan
-    session.note(plan.reason)
+    _decide_ab(session, combo, ABGate(combo, session.settings, Arm("base", base, env=plan.env()),
+                                      Arm("candidate", candidate, env=plan.env()), load_request,
+                                      _ab_settings(session), guard=LoadGuard(noise=session.noise), plan=plan), note)
+
+
+def _ab_settings(session: PerfSession) -> ABSettings:
+    return ABSettings(tolerance=session.config.getoption("perf_tolerance") or ABSettings().tolerance,
+                      tests=len(METRICS) * max(1, session.gated))
+
+
+def _decide_ab(session: PerfSession, combo: Combination, gate: ABGate, note: str | None = None) -> None:
+    """Run an A/B gate (live or replayed), record its result, and fail, warn or pass."""
+    session.note(gate.plan.reason)
     try:
-        result = ABGate(combo, session.settings, Arm("base", base, env=plan.env()),
-                        Arm("candidate", candidate, env=plan.env()), load_request, settings,
-                        plan=plan).run(_ab_progress(session.config, combo))
+        result = gate.run(_ab_progress(session.config, combo))
     except HarnessError as exc:
         pytest.fail(f"{combo.id}: {exc}", pytrace=False)
     if note:
         result.notes.append(note)
     session.results.append(_ab_result(session, combo, result))
+    opt = session.config.getoption
     if result.outcome == Outcome.REGRESSION or (result.outcome == Outcome.UNDECIDED and opt("perf_undecided") == "fail"):
         pytest.fail(result.message(), pytrace=False)
     if result.outcome == Outcome.UNDECIDED:
         warnings.warn(PerfUndecidedWarning(result.message() + "\n(--perf-undecided=fail makes this a failure)"))
+
+
+def replay_gate(session: PerfSession, combo: Combination, request: pytest.FixtureRequest) -> None:
+    """--perf-replay: decide the combination again from its recorded rounds (harness/perf/replay.py)."""
+    recording = session.recording
+    recorded = recording.get(combo.id)
+    if recorded is None:
+        pytest.skip(f"{combo.id}: not in the recording {recording.path}")
+    source = f"replayed from {recording.path} ({len(recorded.rounds)} recorded rounds)"
+    if recorded.gate == "ab":
+        plan = duet.Plan(recorded.mode, None, f"{source}: the arms' rounds as recorded ({recorded.mode})")
+        gate = replay.ab_gate(combo, session.settings, _ab_settings(session),
+                              replay.RecordedArm("base", recorded.base, recorded.base_rounds),
+                              replay.RecordedArm("candidate", recorded.candidate, recorded.rounds), plan=plan)
+        return _decide_ab(session, combo, gate)
+    session.note(f"{source}: against the stored baseline, not confirmed (a confirmation needs fresh rounds)")
+    baseline = _baseline_or_skip(session, combo)
+    if baseline is None:
+        pytest.fail(f"{combo.id}: a stored-gate recording replays against a stored baseline, and "
+                    f"{session.baseline_path(combo.device)} has none for it", pytrace=False)
+    runner = replay.RecordedRunner(session.matrix, combo, session.models_for(combo), session.settings,
+                                   recorded=recorded.rounds)
+    try:
+        check_comparable(runner, baseline)
+    except BaselineMismatchError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    while runner.samples.rounds() < runner.settings.rounds and runner.rounds_left() > 0:
+        runner.round()
+    verdict = evaluate(runner, baseline)  # a recording holds one measurement: nothing to confirm with
+    verdict.notes.append(source)
+    session.results.append(_result(session, runner, "stored", verdict.outcome, notes=verdict.notes,
+                                   decisions={m: d.as_dict() for m, d in verdict.decisions.items()},
+                                   exact=None if verdict.exact is None else verdict.exact.verdict))
+    _report(session, combo, verdict)
 
 
 def _host_check(session: PerfSession, combo: Combination, baseline: dict[str, Any]) -> host.HostCheck:

@@ -16,7 +16,8 @@ import pytest
 
 from harness.core import hostspeed, platform, registry
 from harness.core.errors import HarnessError, did_you_mean
-from harness.perf.ab import duet
+from harness.perf import replay
+from harness.perf.ab import duet, loadguard
 from harness.perf.combinations import combinations
 from harness.perf.gates import PerfSession, ab_trees
 from harness.perf.stored import baselines, host
@@ -72,6 +73,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="A/B gate: run both arms' rounds at the same time, each on a core of its own with one thread, "
                      "swapping cores every round (on), or in turn with every core each (off); auto: side by side "
                      "where this process may use 2 cores (default)")
+    g.addoption("--perf-replay", default=None, metavar="RESULTS_JSON",
+                help="decide again from the rounds recorded in an earlier run's results.json (e.g. at another "
+                     "--perf-tolerance), measuring nothing: A/B entries through the A/B gate, stored-gate entries "
+                     "against the current baselines")
     g.addoption("--perf-matrix", default=None, metavar="PATH", help="registry file (default: harness/matrix.toml)")
     g.addoption("--perf-against", default=None, metavar="REV",
                 help="A/B gate: measure the working tree against git revision REV (sha, branch, tag, HEAD~1, or "
@@ -101,6 +106,11 @@ def _check_options(config: pytest.Config) -> None:
         bad("--perf-against", "cannot be combined with --update-baselines (an A/B run stores no baseline)")
     if planted and config.getoption("update_baselines"):
         bad("--perf-plant-slowdown", "cannot be combined with --update-baselines (it would store a slowed baseline)")
+    if config.getoption("perf_replay"):
+        for flag, dest in (("--update-baselines", "update_baselines"), ("--perf-against", "perf_against"),
+                           ("--perf-plant-slowdown", "perf_plant_slowdown")):
+            if config.getoption(dest):
+                bad("--perf-replay", f"cannot be combined with {flag} (a replay measures nothing)")
     directory = Path(config.getoption("baselines_dir"))
     if directory.exists() and not directory.is_dir():
         bad("--baselines-dir", f"{directory} is not a folder")
@@ -130,6 +140,15 @@ def pytest_configure(config: pytest.Config) -> None:
         session.plan = duet.plan(config.getoption("perf_duet"))
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
+    try:
+        session.noise = loadguard.noise_pids()
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if config.getoption("perf_replay"):
+        try:
+            session.recording = replay.Recording.load(Path(config.getoption("perf_replay")))
+        except HarnessError as exc:
+            raise pytest.UsageError(str(exc)) from None
     if config.getoption("perf_against"):
         try:
             session.trees = ab_trees(config.getoption("perf_against"))

@@ -122,6 +122,10 @@ class Runner:
         self.samples.add(done)
         return done
 
+    def rounds_left(self) -> int:
+        """Rounds this runner may still run before the cap."""
+        return self.settings.max_rounds - self.samples.rounds()
+
     # ----------------------------------------------------------------------------------------
     def exact_counters(self) -> dict[str, dict[str, int]] | None:
         """Greedy runs are deterministic: every round's counters must agree; None for sampling."""

@@ -31,6 +31,9 @@ class ScriptedRunner:
         self.samples.add(Round(plain_tokens_per_sec=plain, assisted_tokens_per_sec=assisted, speedup=assisted / plain,
                                counters={}))
 
+    def rounds_left(self) -> int:
+        return self.settings.max_rounds - self.samples.rounds()
+
     def exact_counters(self):
         return None
 

@@ -82,8 +82,11 @@ class ABResult:
 class ABGate:
     def __init__(self, combo: Combination, settings: PerfSettings, base: Arm, candidate: Arm,
                  load_request: Callable[[str], dict[str, Any]], ab: ABSettings, guard: LoadGuard | None = None,
-                 plan: duet.Plan | None = None):
+                 plan: duet.Plan | None = None, available: int | None = None):
         self.combo, self.settings, self.ab = combo, settings, ab
+        # the rounds there are to run: the settings' cap, or fewer when the arms replay a recording;
+        # the statistical design (its looks) stays the settings', so a replay decides as the live gate did
+        self.cap = min(settings.max_rounds, available) if available is not None else settings.max_rounds
         self.plan = plan or duet.IN_TURN
         self.arms = {"base": base, "candidate": candidate}
         self.load_request = load_request  # arm name -> its load request (the candidate's may plant a slowdown)
@@ -149,7 +152,7 @@ class ABGate:
             log.info("%s: round %d disturbed (%s); measuring it again", self.combo.id, index, why)
         for name, (answer, core) in answers.items():
             r = Round.from_json(answer, f"{self.arms[name].label} round {index + 1}")
-            self.samples[name].append(dataclasses.replace(r, cpu=core))
+            self.samples[name].append(r if core is None else dataclasses.replace(r, cpu=core))
 
     def _in_turn(self, index: int) -> dict[str, tuple[dict[str, Any], int | None]]:
         """Interleaved: one arm's round, then the other's, in a random order."""
@@ -185,7 +188,7 @@ class ABGate:
             self.start()
             index, decisions = 0, None
             while True:
-                target = s.rounds if index < s.rounds else min(index + s.batch, s.max_rounds)
+                target = min(s.rounds if index < s.rounds else index + s.batch, self.cap)
                 while index < target:
                     if index and index % self.ab.restart_every == 0:
                         self.restart()
@@ -195,6 +198,9 @@ class ABGate:
                         progress(index, decisions)
                 decisions = self.decisions(at_cap=index >= s.max_rounds)
                 if index >= s.max_rounds or settled(d.verdict for d in decisions.values()):
+                    break
+                if index >= self.cap:  # a recording that ends before its gate decided: its cap
+                    decisions = self.decisions(at_cap=True)
                     break
         finally:
             self.close()

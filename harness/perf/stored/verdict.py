@@ -96,19 +96,25 @@ def evaluate(runner: Runner, baseline: dict[str, Any]) -> Verdict:
                 "greedy counters changed between rounds in one process (nondeterministic decoding)"])
     tol = tolerances(baseline, s.tolerance_override)
     alpha = stats.alpha_per_look(stats.DEFAULT_ALPHA, s.looks())
+
+    def decide(at_cap: bool) -> dict[str, stats.GateDecision]:
+        return {m: stats.compare_samples(m, baseline[m]["samples"], runner.samples.metric(m), tol[m], alpha=alpha,
+                                         at_cap=at_cap, drift_sd=baseline[m]["drift_sd"]) for m in METRICS}
     while True:
         at_cap = runner.samples.rounds() >= s.max_rounds
-        decisions = {m: stats.compare_samples(m, baseline[m]["samples"], runner.samples.metric(m), tol[m],
-                                              alpha=alpha, at_cap=at_cap, drift_sd=baseline[m]["drift_sd"]) for m in METRICS}
+        decisions = decide(at_cap)
         if at_cap or all(d.verdict != Outcome.INCONCLUSIVE for d in decisions.values()):
+            break
+        if runner.rounds_left() <= 0:  # replayed rounds that end before the gate decided: their cap
+            decisions = decide(True)
             break
         pending = [m for m, d in decisions.items() if d.verdict == Outcome.INCONCLUSIVE]
         log.info("%s: %s inconclusive after %d rounds; %d more", runner.combo.id, ", ".join(pending),
                  runner.samples.rounds(), s.batch)
-        for _ in range(min(s.batch, s.max_rounds - runner.samples.rounds())):
+        for _ in range(min(s.batch, runner.rounds_left())):
             runner.round()
     if any(d.verdict == Outcome.UNDECIDED for d in decisions.values()):
-        notes.append(f"reached the cap of {s.max_rounds} rounds without a decision")
+        notes.append(f"reached the cap of {runner.samples.rounds()} rounds without a decision")
     return Verdict(runner.combo.id, exact, decisions, runner.samples.rounds(), notes)
 
 

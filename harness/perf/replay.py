@@ -1,0 +1,151 @@
+"""A gate decided again from recorded rounds (`--perf-replay FILE`): the rounds an earlier run kept in
+its results.json go through the same gate code as live ones, in the same order, so a recording
+replayed at its own settings gives its own decisions, and at another tolerance or against other
+baselines the verdict those would have given, without measuring anything.
+
+An A/B entry replays both arms' rounds through the A/B gate (harness/perf/ab/gate.py) with
+`RecordedArm`s in place of workers; a stored-gate entry replays its rounds against the current
+baseline file through the stored gate (`RecordedRunner` in place of measuring). The statistical
+design (looks, alpha) stays the settings'; the recording's length is the cap: a gate that would have
+measured more ends there, undecided where it had not decided, as at a live cap.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.core import jsonio
+from harness.core.errors import HarnessError
+from harness.perf.ab import duet
+from harness.perf.ab.gate import ABGate, ABSettings
+from harness.perf.ab.loadguard import LoadGuard
+from harness.perf.ab.revision import Tree
+from harness.perf.combinations import Combination, PerfSettings
+from harness.perf.record import Round, rounds_from
+from harness.perf.report import SCHEMA, SCHEMA_VERSION
+from harness.perf.runner import Runner
+
+
+class ReplayError(HarnessError):
+    """A recording that cannot be replayed: unreadable, of another schema, or run dry."""
+
+
+@dataclass(frozen=True)
+class RecordedGate:
+    """One combination's recorded rounds: the candidate's (or the stored gate's) and, for A/B, the base's."""
+    combination: str
+    gate: str                          # "ab" or "stored" (an update's rounds replay as the stored gate's)
+    rounds: list[Round]
+    base_rounds: list[Round] | None    # A/B only
+    base: str | None                   # A/B: "<revision> <sha12>" of each arm
+    candidate: str | None
+    mode: str | None                   # A/B: "duet" or "interleaved"
+
+
+@dataclass(frozen=True)
+class Recording:
+    path: Path
+    gates: dict[str, RecordedGate]
+
+    @classmethod
+    def load(cls, path: Path) -> "Recording":
+        """A results.json written by a perf run; ReplayError naming the file when it is not one."""
+        try:
+            doc = jsonio.read_strict(path, ReplayError)
+        except ReplayError as exc:
+            raise ReplayError(f"--perf-replay {exc} (give the results.json of a perf run)") from None
+        version = doc.get("schema_version") if isinstance(doc, dict) else None
+        if version != SCHEMA_VERSION:
+            raise ReplayError(f"--perf-replay {path}: schema_version {version!r}, this harness replays "
+                              f"{SCHEMA_VERSION} (a results.json of an older harness has no rounds to replay)")
+        jsonio.validate(doc, SCHEMA, f"--perf-replay {path}", ReplayError,
+                        hint="give the results.json of a perf run of this harness version")
+        gates = {}
+        for entry in doc["results"]:
+            cid, ab = entry["combination"], entry.get("ab")
+            where = f"--perf-replay {path}: {cid}"
+            gates[cid] = RecordedGate(
+                cid, "ab" if ab else "stored", rounds_from(entry["rounds"], where),
+                rounds_from(ab["base_rounds"], where + " base") if ab else None,
+                ab["base"] if ab else None, ab["candidate"] if ab else None, ab["mode"] if ab else None)
+        return cls(path, gates)
+
+    def get(self, combination: str) -> RecordedGate | None:
+        return self.gates.get(combination)
+
+
+class RecordedArm:
+    """An A/B arm that answers from recorded rounds instead of a worker (the Arm interface the gate uses)."""
+
+    process = None  # nothing to pin, nothing for the load guard to watch
+
+    def __init__(self, name: str, described: str, rounds: list[Round]):
+        revision, _, sha = described.rpartition(" ")
+        self.name = name
+        self.tree = Tree(Path("."), sha or described, f"replayed {revision or described}")
+        self.rounds = deque(rounds)
+        self.prompt_ids = sorted(rounds[0].counters) if rounds else []
+        self._pending: deque[dict[str, Any]] = deque()
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.tree.label}, {self.tree.commit[:12]})"
+
+    def start(self) -> None:
+        pass
+
+    def restart(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def send(self, message: dict[str, Any]) -> None:
+        self._pending.append(message)
+
+    def receive(self, op: str, *, timeout_s: float | None = None) -> dict[str, Any]:
+        message = self._pending.popleft()
+        if message["op"] == "load":
+            return {"ok": True, "prompt_ids": self.prompt_ids}
+        if message["op"] == "round":
+            if not self.rounds:
+                raise ReplayError(f"{self.label}: the recording has no round {message['index'] + 1}")
+            return {"ok": True, **self.rounds.popleft().to_json()}
+        raise ReplayError(f"{self.label}: a recording cannot answer {message['op']!r}")
+
+    def request(self, message: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+        self.send(message)
+        return self.receive(message["op"], timeout_s=timeout_s)
+
+
+def ab_gate(combo: Combination, settings: PerfSettings, ab: ABSettings, base: RecordedArm, candidate: RecordedArm,
+            plan: duet.Plan | None = None) -> ABGate:
+    """The A/B gate over two arms' recorded rounds: nothing to load, no load guard (nothing is
+    measured, so nothing can be disturbed), the recording's length as its cap."""
+    return ABGate(combo, settings, base, candidate, lambda arm: {"op": "load"}, ab, guard=LoadGuard(watch=False),
+                  plan=plan, available=min(len(base.rounds), len(candidate.rounds)))
+
+
+class RecordedRunner(Runner):
+    """The stored gate's runner with recorded rounds instead of measured ones. It still loads the
+    pair's tokenizer and prompts, so that the baseline's settings are checked as in a live run."""
+
+    def __init__(self, *args: Any, recorded: list[Round], **kw: Any):
+        super().__init__(*args, **kw)
+        self.recorded = deque(recorded)
+
+    def warmup(self) -> None:
+        pass
+
+    def rounds_left(self) -> int:
+        return min(super().rounds_left(), len(self.recorded))
+
+    def round(self) -> Round:
+        if not self.recorded:
+            raise ReplayError(f"{self.combo.id}: the recording has no round {self.samples.rounds() + 1}")
+        done = self.recorded.popleft()
+        self.samples.add(done)
+        return done

@@ -1,0 +1,64 @@
+"""The A/B gate's decisions on real recorded rounds (harness/perf/replay.py), in process and
+deterministic: gates of the default pair measured side by side on an AMD EPYC (Zen 4) VM
+(benchmarks/data/), replayed through the gate's own code, decide as they did live."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.core import registry
+from harness.perf.ab.gate import ABSettings
+from harness.perf.combinations import PerfSettings
+from harness.perf.outcome import Outcome
+from harness.perf.record import METRICS, Round
+from harness.perf.replay import RecordedArm, ReplayError, ab_gate
+
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "ab_power_avx512-bf16_duet_quiet.jsonl"
+GATES = [json.loads(line) for line in DATA.read_text().splitlines()]
+
+
+def arm_rounds(gate: dict, arm: str) -> list[Round]:
+    values = gate["arms"][arm]
+    return [Round(**{m: values[m][i] for m in METRICS}, counters={}) for i in range(gate["rounds"])]
+
+
+def replayed(gate: dict, candidate: list[Round] | None = None, **ab):
+    settings = PerfSettings.from_matrix(registry.load_matrix())
+    combo = type("Combo", (), {"id": gate["combination"], "decoding": "greedy"})()
+    rounds = candidate or arm_rounds(gate, "candidate")
+    return ab_gate(combo, settings, ABSettings(**ab), RecordedArm("base", "HEAD 0123456789ab", arm_rounds(gate, "base")),
+                   RecordedArm("candidate", "working-tree 0123456789ab", rounds))
+
+
+@pytest.mark.parametrize("gate", GATES, ids=[f"{g['level']:.0%}-{i}" for i, g in enumerate(GATES)])
+def test_recorded_gates_decide_again_as_they_did_live(gate):
+    result = replayed(gate).run()
+    assert result.outcome.value == gate["outcome"]
+    assert {m: d.verdict.value for m, d in result.decisions.items()} == gate["verdicts"]
+    for m in METRICS:
+        assert result.ratios[m] == pytest.approx(gate["ratios"][m])
+
+
+def test_a_slowdown_planted_into_recorded_a_a_rounds_is_caught_and_a_smaller_one_is_not():
+    aa = next(g for g in GATES if g["level"] == 0)
+
+    def slowed(fraction: float) -> list[Round]:
+        return [Round(plain_tokens_per_sec=r.plain_tokens_per_sec / (1 + fraction),
+                      assisted_tokens_per_sec=r.assisted_tokens_per_sec / (1 + fraction), speedup=r.speedup,
+                      counters={}) for r in arm_rounds(aa, "candidate")]
+    assert replayed(aa, slowed(0.10)).run().outcome == Outcome.REGRESSION
+    assert replayed(aa, slowed(0.01)).run().outcome == Outcome.PASS
+
+
+def test_a_recording_shorter_than_the_first_look_is_decided_at_its_end_and_one_that_runs_dry_is_an_error():
+    aa = next(g for g in GATES if g["level"] == 0)
+    short = arm_rounds(aa, "candidate")[:3]
+    result = replayed(aa, short).run()
+    assert result.rounds == 3 and result.outcome in (Outcome.UNDECIDED, Outcome.PASS)
+    gate = replayed(aa, short)
+    gate.cap = 4  # more rounds asked than the candidate's recording holds
+    with pytest.raises(ReplayError, match="the recording has no round 4"):
+        gate.run()
