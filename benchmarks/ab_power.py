@@ -106,7 +106,10 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
             "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
             "arms": {arm: {m: [s.metric(m) for s in samples] for m in METRICS} for arm, samples in result.samples.items()},
             "verdicts": {m: d.verdict.value for m, d in result.decisions.items()},
-            "cores": {arm: [s.cpu for s in samples] for arm, samples in result.samples.items()}}
+            "cores": {arm: [s.cpu for s in samples] for arm, samples in result.samples.items()},
+            # each arm's CPU and wall seconds per round: how much of its core it got (a neighbour's share)
+            "cpu_s": {arm: [s.cpu_s for s in samples] for arm, samples in result.samples.items()},
+            "wall_s": {arm: [s.wall_s for s in samples] for arm, samples in result.samples.items()}}
 
 
 def arm_rounds(gate: dict, arm: str) -> list[Round]:

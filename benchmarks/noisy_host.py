@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
-    code = 0
+    code, child = 0, None
     try:
         neighbour.start()
         if command:
@@ -181,6 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         code = 130
     finally:
+        if child is not None and child.poll() is None:  # stopped early: the command stops with it
+            child.terminate()
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
         neighbour.stop()
         log.info("noisy host: stopped")
     return code

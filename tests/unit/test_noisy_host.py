@@ -77,6 +77,22 @@ def test_the_command_runs_under_load_named_in_its_environment_and_the_load_ends_
     assert failed.returncode == 3
 
 
+def test_a_neighbour_stopped_early_stops_its_command_too():
+    neighbour = subprocess.Popen([sys.executable, str(SCRIPT), *QUICK, "--", sys.executable, "-c",
+                                  "import time; time.sleep(120)"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        cores = len(os.sched_getaffinity(0))
+        assert wait_for(lambda: len(children(neighbour.pid)) == cores + 1)
+        spawned = children(neighbour.pid)
+        neighbour.send_signal(signal.SIGTERM)
+        assert neighbour.wait(timeout=60) == 130
+        assert wait_for(lambda: not any(alive(p) for p in spawned)), spawned
+    finally:
+        if neighbour.poll() is None:
+            neighbour.kill()
+            neighbour.wait()
+
+
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
 def test_the_load_never_outlives_the_neighbour(how):
     neighbour = subprocess.Popen([sys.executable, str(SCRIPT), *QUICK, "--seconds", "120"],
