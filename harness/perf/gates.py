@@ -210,6 +210,8 @@ def replay_gate(session: PerfSession, combo: Combination, request: pytest.Fixtur
     recorded = recording.get(combo.id)
     if recorded is None:
         pytest.skip(f"{combo.id}: not in the recording {recording.path}")
+    if not recorded.rounds or (recorded.gate == "ab" and not recorded.base_rounds):
+        pytest.skip(f"{combo.id}: the recording {recording.path} has no rounds of it (deferred, or not measured)")
     source = f"replayed from {recording.path} ({len(recorded.rounds)} recorded rounds)"
     if recorded.gate == "ab":
         plan = duet.Plan(recorded.mode, None, f"{source}: the arms' rounds as recorded ({recorded.mode})")

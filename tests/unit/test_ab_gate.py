@@ -113,6 +113,18 @@ def test_a_recording_that_is_not_one_is_a_usage_error(tiny, tmp_path):
     assert r.returncode == 4 and f"--perf-replay {tmp_path / 'none.json'}: no such file" in r.stderr, r.stderr
     r, _ = ab(tiny, "--perf-replay", str(bad))
     assert r.returncode == 4 and "--perf-replay: cannot be combined with --perf-against" in r.stderr, r.stderr
+    # a deferred entry (no rounds) is skipped with the reason, and a run that gated nothing fails
+    ab(tiny, "--perf-max-repeats", "2", "--perf-repeats", "2")
+    doc = json.loads((tiny[1] / "reports" / "results.json").read_text())
+    for entry in doc["results"]:
+        entry.update(gate="stored", verdict="deferred", rounds=[], ab=None, decisions={},
+                     notes=["this host's probe is far from the baseline's"],
+                     host={"ratios": {"memory_gbs": 3.0}, "threshold": 0.25, "comparable": False, "headline": "3x", "probe": {}})
+    empty = tmp_path / "deferred.json"
+    empty.write_text(json.dumps(doc))
+    r, _ = ab(tiny, "--perf-replay", str(empty), against=None)
+    assert r.returncode == 1 and "has no rounds of it (deferred, or not measured)" in r.stdout, r.stdout[-2000:]
+    assert "nothing was gated" in r.stdout
 
 
 @pytest.mark.parametrize("rev, message", [
