@@ -73,19 +73,23 @@ def combination(matrix: registry.Matrix, pair_name: str) -> Combination:
 def parse_level(text: str) -> tuple[str, float]:
     """'0.10' -> ('target', 0.10); 'draft:0.20' -> ('draft', 0.20)."""
     into, _, fraction = text.rpartition(":")
-    if into not in ("", "target", "draft"):
-        raise SystemExit(f"--levels: {text!r}: give F or draft:F (a fraction), e.g. 0,0.10,draft:0.20")
     try:
-        return into or "target", float(fraction)
+        if into in ("", "target", "draft"):
+            return into or "target", float(fraction)
     except ValueError:
-        raise SystemExit(f"--levels: {text!r}: give F or draft:F (a fraction), e.g. 0,0.10,draft:0.20") from None
+        pass
+    raise SystemExit(f"--levels: {text!r}: give F or draft:F (a fraction), e.g. 0,0.10,draft:0.20")
 
 
 def level_of(row: dict) -> tuple[str, float]:
     return row.get("into", "target"), row["level"]
 
 
-def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, restart_every, into="target") -> dict:
+def label(level: tuple[str, float]) -> str:
+    return f"{level[0]} {level[1]:.0%}"
+
+
+def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, restart_every, noise, into="target") -> dict:
     base, candidate = trees
 
     def load_request(arm: str) -> dict:
@@ -100,7 +104,7 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
 
     ab = ABSettings(tolerance=tolerance, seed=seed, restart_every=restart_every)
     result = ABGate(combo, settings, Arm("base", base, env=plan.env()), Arm("candidate", candidate, env=plan.env()),
-                    load_request, ab, guard=LoadGuard(noise=noise_pids()), plan=plan).run(progress)
+                    load_request, ab, guard=LoadGuard(noise=noise), plan=plan).run(progress)
     return {"level": level, "into": into, "tolerance": tolerance, "outcome": result.outcome.value, "rounds": result.rounds, "redone": result.redone,
             "restart_every": ab.restart_every, "mode": result.mode, "cpu_class": matrix.cpu_class,
             "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
@@ -159,7 +163,8 @@ def simulate(aa: list[dict], shift: dict[str, float], combo: Combination, settin
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    args.condition = args.condition or ("noisy" if noise_pids() else "quiet")
+    noise = noise_pids()  # a noisy neighbour's load (benchmarks/noisy_host.py), counted as the gates' own
+    args.condition = args.condition or ("noisy" if noise else "quiet")
     matrix = registry.load_matrix()
     combo = combination(matrix, args.pair)
     settings = PerfSettings.from_matrix(matrix)
@@ -179,10 +184,10 @@ def main(argv=None) -> int:
             if sum(level_of(g) == level for g in done) > i:
                 continue
             into, fraction = level
-            print(f"[{combo.id}] {into} {fraction:.0%}: gate {i + 1}/{args.gates}", file=sys.stderr, flush=True)
+            print(f"[{combo.id}] {label(level)}: gate {i + 1}/{args.gates}", file=sys.stderr, flush=True)
             gate = {"combination": combo.id, "condition": args.condition,
                     **run_gate(matrix, combo, settings, trees, fraction, args.tolerance, seed=i, plan=plan,
-                               restart_every=args.restart_every, into=into)}
+                               restart_every=args.restart_every, noise=noise, into=into)}
             with open(args.out, "a", encoding="utf-8") as fh:  # one line per finished gate: resumable
                 fh.write(json.dumps(gate) + "\n")
             done.append(gate)
@@ -213,7 +218,7 @@ def report(done: list[dict], aa: list[dict], levels: list[tuple[str, float]], co
                 f"{sum(g['rounds'] for g in gates) / n:>6.1f} {sum(g['minutes'] for g in gates) / n:>8.1f}")
         simulated = (f"{args.trials:>9} {sim['regression']:>10.1%} {sim['undecided']:>9.1%} {sim['rounds']:>6.1f}" if sim
                      else f"{'(needs A/A gates, and real gates for a draft level)':>38}")
-        print(f"{level[0] + ' ' + format(level[1], '.0%'):>12} | {real} | {simulated}")
+        print(f"{label(level):>12} | {real} | {simulated}")
     rounds = [r for g in aa for r in zip(*(g["ratios"][m] for m in METRICS))]
     spread = {m: math.sqrt(sum(math.log(r[i]) ** 2 for r in rounds) / max(1, len(rounds) - 1))
               for i, m in enumerate(METRICS)} if rounds else {}
@@ -270,7 +275,7 @@ def compare_gates(done: list[dict], levels: list[float], settings: PerfSettings,
             benchmark_fail += benchmark_compare_fails(stored, g["arms"]["candidate"], tolerance)
         n = len(rows)
         ab = sum(g["outcome"] == "regression" for g in rows)
-        print(f"{level[0] + ' ' + format(level[1], '.0%'):>12} | {n:>5} {ab / n:>8.0%} {stored_fail / n:>20.0%} {statistics.median(widest):>15.0%} "
+        print(f"{label(level):>12} | {n:>5} {ab / n:>8.0%} {stored_fail / n:>20.0%} {statistics.median(widest):>15.0%} "
               f"{benchmark_fail / n:>25.0%}")
 
 

@@ -230,13 +230,10 @@ def replay_gate(session: PerfSession, combo: Combination, request: pytest.Fixtur
         check_comparable(runner, baseline)
     except BaselineMismatchError as exc:
         pytest.fail(str(exc), pytrace=False)
-    while runner.samples.rounds() < runner.settings.rounds and runner.rounds_left() > 0:
-        runner.round()
-    verdict = evaluate(runner, baseline)  # a recording holds one measurement: nothing to confirm with
+    _measure(session, runner, None)
+    verdict, result = _stored_verdict(session, runner, baseline, None)
     verdict.notes.append(source)
-    session.results.append(_result(session, runner, "stored", verdict.outcome, notes=verdict.notes,
-                                   decisions={m: d.as_dict() for m, d in verdict.decisions.items()},
-                                   exact=None if verdict.exact is None else verdict.exact.verdict))
+    session.results.append(result)
     _report(session, combo, verdict)
 
 
@@ -270,9 +267,10 @@ def _stage(session: PerfSession, runner: Runner) -> CombinationResult:
 
 def _stored_verdict(session: PerfSession, runner: Runner, baseline: dict[str, Any],
                     checked: host.HostCheck | None) -> tuple[Verdict, CombinationResult]:
-    """The stored-baseline gate's verdict (confirmed, unless --perf-confirm off) and its result."""
+    """The stored-baseline gate's verdict (confirmed, unless --perf-confirm off or the rounds are
+    replayed: a confirmation needs fresh ones) and its result."""
     verdict = evaluate(runner, baseline)
-    if session.config.getoption("perf_confirm") == "on":
+    if session.config.getoption("perf_confirm") == "on" and runner.measures:
         verdict = confirm(runner, baseline, verdict)
     if checked is not None:
         verdict.notes[:0] = checked.notes
@@ -339,7 +337,7 @@ def _measure(session: PerfSession, runner: Runner, benchmark: Any) -> None:
     if benchmark is not None:
         # with --benchmark-disable, pytest-benchmark runs the function once: the rest runs here
         benchmark.pedantic(runner.round, rounds=rounds, iterations=1)
-    while runner.samples.rounds() < rounds:
+    while runner.samples.rounds() < rounds and runner.rounds_left() > 0:
         runner.round()
 
 

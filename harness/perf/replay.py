@@ -133,6 +133,8 @@ class RecordedRunner(Runner):
     """The stored gate's runner with recorded rounds instead of measured ones. It still loads the
     pair's tokenizer and prompts, so that the baseline's settings are checked as in a live run."""
 
+    measures = False
+
     def __init__(self, *args: Any, recorded: list[Round], **kw: Any):
         super().__init__(*args, **kw)
         self.recorded = deque(recorded)

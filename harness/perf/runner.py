@@ -77,6 +77,8 @@ def load_pair(matrix: Matrix, combo: Combination, *, slowdown: float = 0.0, plan
 class Runner:
     """Measures one combination round by round."""
 
+    measures = True  # its rounds are fresh measurements (a replay's are not: nothing to confirm with)
+
     def __init__(self, matrix: Matrix, combo: Combination, loaded: LoadedPair, settings: PerfSettings):
         self.combo, self.loaded, self.settings = combo, loaded, settings
         pair: PairSpec = matrix.pair(combo.pair)
