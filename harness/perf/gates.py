@@ -29,8 +29,9 @@ from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.outcome import Outcome
 from harness.perf.record import METRICS, ABDetail, CombinationResult, acceptance_rate
 from harness.perf.runner import LoadedPair, Runner, git_commit, load_pair, software_versions
-from harness.perf.stored import baselines, host
-from harness.perf.stored.verdict import BaselineMismatchError, Verdict, check_comparable, confirm, evaluate
+from harness.perf.stored import baselines, host, placement
+from harness.perf.stored.verdict import (BaselineMismatchError, Verdict, check_comparable, check_placement, confirm,
+                                         evaluate)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class PerfSession:
         self.plan: duet.Plan = duet.IN_TURN  # the A/B gate's arms side by side or in turn: --perf-duet, set at configure
         self.noise: tuple[int, ...] = ()  # a deliberate noisy neighbour's pids (HARNESS_NOISY_HOST), set at configure
         self.recording: replay.Recording | None = None  # --perf-replay: rounds to decide from instead of measuring
+        self.placement = placement.resolve(placement.ALL)  # the stored gate's threads: --perf-threads, set at configure
 
     # models: one pair in memory at a time (24 GiB here)
     def models_for(self, combo: Combination) -> LoadedPair:
@@ -98,7 +100,8 @@ class PerfSession:
 
     def host_probe(self) -> dict[str, Any]:
         if self.probe is None:
-            self.probe = hostspeed.measure()
+            with self.placement.applied():  # as the rounds it vouches for are measured
+                self.probe = hostspeed.measure()
             log.info("host-speed probe: %s (%.1f s)", self.probe["rates"], self.probe["seconds"])
         return self.probe
 
@@ -136,6 +139,11 @@ def run_gate(session: PerfSession, combo: Combination, request: pytest.FixtureRe
                         pytrace=False)
         return run_ab_gate(session, combo, session.reference_trees, note="no stored baseline on this platform: gated A/B against the "
                                                 "reference commit (baselines/reference.json)")
+    if baseline is not None and not session.updating and combo.device == "cpu":
+        try:
+            check_placement(combo.id, session.placement.threads, baseline)
+        except BaselineMismatchError as exc:
+            pytest.fail(f"{exc} (then review and commit {session.baseline_path(combo.device)})", pytrace=False)
     checked = None if baseline is None or session.updating else _host_check(session, combo, baseline)
     if checked is not None and checked.deferred:
         return _defer(session, combo, checked)
@@ -146,12 +154,13 @@ def run_gate(session: PerfSession, combo: Combination, request: pytest.FixtureRe
             check_comparable(runner, baseline)
         except BaselineMismatchError as exc:
             pytest.fail(f"{exc} (then review and commit {session.baseline_path(combo.device)})", pytrace=False)
-    _measure(session, runner, benchmark)
     verdict = None
-    if session.updating:
-        result = _stage(session, runner)
-    else:
-        verdict, result = _stored_verdict(session, runner, baseline, checked)
+    with session.placement.applied() if combo.device == "cpu" else contextlib.nullcontext():
+        _measure(session, runner, benchmark)
+        if session.updating:
+            result = _stage(session, runner)
+        else:
+            verdict, result = _stored_verdict(session, runner, baseline, checked)
     session.results.append(result)
     if benchmark is not None:
         benchmark.extra_info.update({"combination": combo.id, "verdict": result.verdict.value,
@@ -261,6 +270,7 @@ def _stage(session: PerfSession, runner: Runner) -> CombinationResult:
     record = runner.baseline_record(git_commit())
     if runner.combo.device == "cpu":
         record["host_probe"] = session.host_probe()
+        record["threads"] = session.placement.threads
     session.staged[runner.combo.id] = record
     return _result(session, runner, "update", Outcome.STAGED, tolerance=record["tolerance"])
 

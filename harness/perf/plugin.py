@@ -20,7 +20,7 @@ from harness.perf import replay
 from harness.perf.ab import duet, loadguard
 from harness.perf.combinations import combinations
 from harness.perf.gates import PerfSession, ab_trees
-from harness.perf.stored import baselines, host
+from harness.perf.stored import baselines, host, placement
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="A/B gate: run both arms' rounds at the same time, each on a core of its own with one thread, "
                      "swapping cores every round (on), or in turn with every core each (off); auto: side by side "
                      "where this process may use 2 cores (default)")
+    g.addoption("--perf-threads", choices=placement.CHOICES, default=placement.ONE,
+                help="stored-baseline gate: measure the host probe and the rounds with one thread pinned to one "
+                     "core (one, default: steadier on a shared host) or with torch's threads on every core (all: "
+                     "also sees how a step scales over threads); a baseline is checked only with the setting it "
+                     "was measured with")
     g.addoption("--perf-replay", default=None, metavar="RESULTS_JSON",
                 help="decide again from the rounds recorded in an earlier run's results.json (e.g. at another "
                      "--perf-tolerance), measuring nothing: A/B entries through the A/B gate, stored-gate entries "
@@ -138,6 +143,10 @@ def pytest_configure(config: pytest.Config) -> None:
     session = PerfSession(config, matrix, combos)
     try:
         session.plan = duet.plan(config.getoption("perf_duet"))
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    try:
+        session.placement = placement.resolve(config.getoption("perf_threads"))
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     try:

@@ -88,6 +88,8 @@ def test_update_writes_every_combination_up_to_the_cap(measured):
     assert len(record["speedup"]["samples"]) == 6  # update mode measures up to the cap
     assert record["decode"]["min_new_tokens"] == 48 and record["decode"]["do_sample"] is False
     assert record["host_probe"]["rates"]["memory_gbs"] > 0  # this host's speed, for later comparisons
+    # measured with one thread pinned (--perf-threads one, the default), the probe too
+    assert record["threads"] == "one" and record["host_probe"]["threads"] == 1
     assert doc["software"] == platform.software() and record["versions"]["torch"] == platform.software()["torch"]
     assert "is a new platform; no other baseline in" in update.stdout  # nothing to diff against
 
@@ -188,6 +190,20 @@ def test_a_baseline_of_other_settings_is_refused(workspace):
     assert r.returncode == 1
     assert "the baseline was measured with other settings (max_new_tokens 64 there, 48 here)" in r.stdout
     assert f"pytest -m perf --update-baselines -k '{CID}'" in r.stdout
+
+
+def test_a_baseline_of_the_other_thread_setting_is_refused(workspace):
+    """A record measured on every core (or before --perf-threads existed) is not compared at one thread."""
+    matrix, directory = workspace
+    path = baseline_file(directory)
+    doc = json.loads(path.read_text())
+    del doc["combinations"][CID]["threads"]
+    path.write_text(json.dumps(doc))
+    r = gate(matrix, directory, "-k", "tiny+draft")
+    assert r.returncode == 1 and not (directory / "reports" / "results.json").exists()  # nothing compared
+    assert (f"{CID}: the baseline was measured with --perf-threads all, this run measures with --perf-threads one"
+            in r.stdout)
+    assert f"or check with --perf-threads all (then review and commit {path})" in r.stdout
 
 
 def test_bad_baseline_file_is_a_clear_failure_and_left_unchanged(workspace):

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.perf.outcome import Outcome, combine
-from harness.perf.stored import stats
+from harness.perf.stored import placement, stats
 from harness.perf.record import METRICS, Samples
 from harness.perf.runner import Runner
 
@@ -82,6 +82,18 @@ def check_comparable(runner: Runner, baseline: dict[str, Any]) -> None:
         raise BaselineMismatchError(
             f"{combo.id}: the baseline was measured with other settings ({'; '.join(differences)}), so its "
             f"numbers are of other work. Measure it again: pytest -m perf --update-baselines -k '{combo.id}'")
+
+
+def check_placement(combination: str, threads: str, baseline: dict[str, Any]) -> None:
+    """Refuse a baseline measured with another --perf-threads than this run's
+    (harness/perf/stored/placement.py): one thread and every core measure different speeds and
+    spreads. A record without `threads` was measured before the option, on every core."""
+    there = baseline.get("threads", placement.ALL)
+    if there != threads:
+        raise BaselineMismatchError(
+            f"{combination}: the baseline was measured with {placement.OPTION} {there}, this run measures with "
+            f"{placement.OPTION} {threads}, so its numbers are of other work. Measure it again: pytest -m perf "
+            f"--update-baselines -k '{combination}', or check with {placement.OPTION} {there}")
 
 
 def evaluate(runner: Runner, baseline: dict[str, Any]) -> Verdict:
