@@ -1,7 +1,10 @@
 """The host-speed probe's own spread on this host: N probes, each in a fresh process (as an update
 and a later gate are), and how often two of them would call the same host not comparable.
 
-    python benchmarks/hostspeed_spread.py --runs 30 [--json results/hostspeed_spread.json]
+    python benchmarks/hostspeed_spread.py --runs 30 [--threads one|all] [--json results/hostspeed_spread.json]
+
+--threads: the probe as the stored gate measures it (harness/perf/stored/placement.py): one thread
+pinned to one core (one, the gate's default) or torch's threads on every core (all).
 
 Prints, per rate: the median, the spread between processes (sd of the log, the range around the
 median), then, for a few thresholds, the share of ordered pairs of runs (one as the stored probe,
@@ -25,13 +28,20 @@ sys.path.insert(0, str(REPO))
 
 from harness.core import hostspeed  # noqa: E402
 
-PROBE = "import json; from harness.core import hostspeed; print(json.dumps(hostspeed.measure()))"
+PROBE = """import json, sys
+from harness.core import hostspeed
+from harness.perf.stored import placement
+with placement.resolve(sys.argv[1]).applied():
+    probe = hostspeed.measure()
+print(json.dumps(probe))
+"""
 
 
-def run_probes(runs: int) -> list[dict]:
+def run_probes(runs: int, threads: str) -> list[dict]:
     probes = []
     for i in range(runs):
-        out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=REPO, check=True)
+        out = subprocess.run([sys.executable, "-c", PROBE, threads], capture_output=True, text=True, cwd=REPO,
+                             check=True)
         probes.append(json.loads(out.stdout))
         print(f"run {i + 1}/{runs}: {probes[-1]['rates']} ({probes[-1]['seconds']:.2f} s)", file=sys.stderr)
     return probes
@@ -60,10 +70,12 @@ def deferral_lines(probes: list[dict], thresholds: list[float]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--threads", choices=("one", "all"), default="one",
+                   help="the stored gate's --perf-threads: one pinned thread (default) or every core")
     p.add_argument("--json", type=Path, help="save the probes")
     p.add_argument("--from-json", type=Path, help="read saved probes instead of measuring")
     args = p.parse_args(argv)
-    probes = json.loads(args.from_json.read_text()) if args.from_json else run_probes(args.runs)
+    probes = json.loads(args.from_json.read_text()) if args.from_json else run_probes(args.runs, args.threads)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(probes, indent=1) + "\n")
