@@ -52,9 +52,10 @@ UNITS = {"memory_gbs": "GB/s", "gemv_bf16_gbs": "GB/s", "dispatch_kops": "kop/s"
 # 16384 x 8192: an 8192 x 8192 one was bimodal between processes (6.7 or 8.4 GB/s, busy host). In 2
 # of 20 earlier processes memory and GEMV rates were 2.2-2.3x the usual for the whole process: a
 # host in such a state is not comparable either, and defers.
-# An AMD EPYC (Zen 4) 2-core VM, quiet, 20 probes: sd(log) 16.6% / 13.0% / 16.1%, 49.5% of pairs
-# beyond 25%: such a host runs at a changing speed, its stored checks defer about half the time, and
-# the A/B gate is the one to use there (--perf-host-threshold moves this default per run).
+# Those figures are with two threads. On a host whose threads wait on each other (an AMD EPYC VM)
+# the probe at two threads defers about half the checks; at one pinned thread (the stored gate's
+# default, harness/perf/stored/placement.py) it spreads a few percent: docs/perf-gate.md, "Where the
+# stored gate measures", has both.
 THRESHOLD = 0.25
 
 
