@@ -162,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
+    # Ctrl-C too, set here: a process started in the background by a shell inherits SIGINT ignored
+    # and Python then leaves it so
+    signal.signal(signal.SIGINT, stop)
     code, child = 0, None
     try:
         neighbour.start()

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -49,10 +50,21 @@ def workers_left() -> list[str]:
     return [line for line in ps.splitlines() if re.search(r"harness\.perf\.(ab\.)?worker", line)]
 
 
-def planted(results: Path, out: Path, fraction: float, metrics: tuple[str, ...]) -> Path:
-    """A copy of a recording whose candidate rounds ran `fraction` slower on `metrics`."""
+def planted(results: Path, out: Path, fraction: float, metrics: tuple[str, ...], spread: float = 0.01) -> Path:
+    """A copy of a recording made independent of the noise it was measured in, then slowed: every
+    round of both arms at the base arm's median of each metric, `spread` above and below in turn
+    (the arms in opposite phase, so each round's ratio moves by about 2 x spread), and the candidate's
+    rounds `fraction` slower on `metrics`. Only the rounds' numbers change; their shape and greedy
+    counters stay the live run's."""
     doc = json.loads(results.read_text())
     for entry in doc["results"]:
+        base_rounds = entry["ab"]["base_rounds"]
+        level = {m: statistics.median(r[m] for r in base_rounds) for m in ("plain_tokens_per_sec",
+                                                                           "assisted_tokens_per_sec")}
+        for arm, phase in ((base_rounds, 1), (entry["rounds"], -1)):
+            for i, r in enumerate(arm):
+                r.update({m: v * (1 + phase * spread * (-1) ** i) for m, v in level.items()})
+                r["speedup"] = r["assisted_tokens_per_sec"] / r["plain_tokens_per_sec"]
         for r in entry["rounds"]:
             for m in metrics:
                 r[m] /= 1 + fraction
@@ -89,8 +101,9 @@ def test_a_live_gate_runs_end_to_end_and_its_replay_decides_the_same(tiny, tmp_p
 
 
 def test_a_slowdown_in_the_recorded_candidate_is_a_regression(tiny, tmp_path):
-    """The decision on recorded rounds (deterministic): the live recording with its candidate's plain
-    and assisted rounds 50% slower fails, naming the metric and both arms."""
+    """The decision on recorded rounds (deterministic): the live recording, its rounds steadied, with
+    the candidate's plain and assisted rounds 50% slower fails, naming the metric and both arms; the
+    same rounds without the slowdown pass."""
     recording = tiny[1] / "recorded.json"
     if not recording.exists():  # a live run of its own, so this test needs no other test first
         ab(tiny, "--perf-max-repeats", "8", "--perf-repeats", "8")
@@ -102,6 +115,9 @@ def test_a_slowdown_in_the_recorded_candidate_is_a_regression(tiny, tmp_path):
     assert "against base replayed HEAD" in r.stdout
     assert re.search(r"(plain|assisted)_tokens_per_sec: REGRESSION", r.stdout), r.stdout[-3000:]
     assert f"replayed from {slowed}" in r.stdout
+    unchanged = planted(recording, tmp_path / "steady.json", 0.0, ())
+    r, rec = ab(tiny, "--perf-replay", str(unchanged), against=None)
+    assert r.returncode == 0 and rec["verdict"] == "pass", r.stdout[-3000:]
 
 
 def test_a_recording_that_is_not_one_is_a_usage_error(tiny, tmp_path):
