@@ -33,9 +33,9 @@ def replayed(gate: dict, candidate: list[Round] | None = None, **ab):
                    RecordedArm("candidate", "working-tree 0123456789ab", rounds))
 
 
-@pytest.mark.parametrize("gate", GATES, ids=[f"{g['level']:.0%}-{i}" for i, g in enumerate(GATES)])
+@pytest.mark.parametrize("gate", GATES, ids=[f"{g.get('into', 'target')}{g['level']:.0%}-tol{g.get('tolerance', 0.1):.0%}-{i}" for i, g in enumerate(GATES)])
 def test_recorded_gates_decide_again_as_they_did_live(gate):
-    result = replayed(gate).run()
+    result = replayed(gate, tolerance=gate.get("tolerance", ABSettings().tolerance)).run()  # at its own settings
     assert result.outcome.value == gate["outcome"]
     assert {m: d.verdict.value for m, d in result.decisions.items()} == gate["verdicts"]
     for m in METRICS:
