@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from harness.core import hostspeed  # noqa: E402
+from harness.perf.stored import placement  # noqa: E402
 
 PROBE = """import json, sys
 from harness.core import hostspeed
@@ -70,7 +71,7 @@ def deferral_lines(probes: list[dict], thresholds: list[float]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=30)
-    p.add_argument("--threads", choices=("one", "all"), default="one",
+    p.add_argument("--threads", choices=placement.CHOICES, default=placement.ONE,
                    help="the stored gate's --perf-threads: one pinned thread (default) or every core")
     p.add_argument("--json", type=Path, help="save the probes")
     p.add_argument("--from-json", type=Path, help="read saved probes instead of measuring")

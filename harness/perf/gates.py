@@ -12,6 +12,7 @@ import logging
 import time
 import warnings
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -72,7 +73,7 @@ class PerfSession:
         self.plan: duet.Plan = duet.IN_TURN  # the A/B gate's arms side by side or in turn: --perf-duet, set at configure
         self.noise: tuple[int, ...] = ()  # a deliberate noisy neighbour's pids (HARNESS_NOISY_HOST), set at configure
         self.recording: replay.Recording | None = None  # --perf-replay: rounds to decide from instead of measuring
-        self.placement = placement.resolve(placement.ALL)  # the stored gate's threads: --perf-threads, set at configure
+        self.placement = placement.EVERY_CORE  # the stored gate's threads: --perf-threads, set at configure
 
     # models: one pair in memory at a time (24 GiB here)
     def models_for(self, combo: Combination) -> LoadedPair:
@@ -98,9 +99,14 @@ class PerfSession:
     def note(self, *lines: str) -> None:
         self.notes += [line for line in lines if line not in self.notes]
 
+    def placement_for(self, device: str) -> placement.Placement:
+        """Where a combination on `device` measures: --perf-threads on the CPU; a GPU's rounds are
+        the GPU's, and its host thread is left as it is (recorded as `all`)."""
+        return self.placement if device == "cpu" else placement.EVERY_CORE
+
     def host_probe(self) -> dict[str, Any]:
         if self.probe is None:
-            with self.placement.applied():  # as the rounds it vouches for are measured
+            with self.placement_for("cpu").applied():  # as the rounds it vouches for are measured
                 self.probe = hostspeed.measure()
             log.info("host-speed probe: %s (%.1f s)", self.probe["rates"], self.probe["seconds"])
         return self.probe
@@ -139,23 +145,20 @@ def run_gate(session: PerfSession, combo: Combination, request: pytest.FixtureRe
                         pytrace=False)
         return run_ab_gate(session, combo, session.reference_trees, note="no stored baseline on this platform: gated A/B against the "
                                                 "reference commit (baselines/reference.json)")
-    if baseline is not None and not session.updating and combo.device == "cpu":
-        try:
-            check_placement(combo.id, session.placement.threads, baseline)
-        except BaselineMismatchError as exc:
-            pytest.fail(f"{exc} (then review and commit {session.baseline_path(combo.device)})", pytrace=False)
+    if baseline is not None and not session.updating:
+        _refuse_other_work(session, combo, lambda: check_placement(combo.id, session.placement_for(combo.device).threads,
+                                                                   baseline))
     checked = None if baseline is None or session.updating else _host_check(session, combo, baseline)
     if checked is not None and checked.deferred:
         return _defer(session, combo, checked)
     benchmark = request.getfixturevalue("benchmark")
     runner = Runner(session.matrix, combo, session.models_for(combo), session.settings)
     if checked is not None:  # a stored baseline to compare with
-        try:
-            check_comparable(runner, baseline)
-        except BaselineMismatchError as exc:
-            pytest.fail(f"{exc} (then review and commit {session.baseline_path(combo.device)})", pytrace=False)
+        _refuse_other_work(session, combo, lambda: check_comparable(runner, baseline))
     verdict = None
-    with session.placement.applied() if combo.device == "cpu" else contextlib.nullcontext():
+    where = session.placement_for(combo.device)
+    session.note(where.reason)
+    with where.applied():
         _measure(session, runner, benchmark)
         if session.updating:
             result = _stage(session, runner)
@@ -246,6 +249,14 @@ def replay_gate(session: PerfSession, combo: Combination, request: pytest.Fixtur
     _report(session, combo, verdict)
 
 
+def _refuse_other_work(session: PerfSession, combo: Combination, check: Callable[[], None]) -> None:
+    """Fail the test when `check` finds the baseline measured with other settings than this run."""
+    try:
+        check()
+    except BaselineMismatchError as exc:
+        pytest.fail(f"{exc} (then review and commit {session.baseline_path(combo.device)})", pytrace=False)
+
+
 def _host_check(session: PerfSession, combo: Combination, baseline: dict[str, Any]) -> host.HostCheck:
     """Software versions and host speed against the baseline's (harness/perf/stored/host.py); its notes
     go to the end of the run once each."""
@@ -270,7 +281,7 @@ def _stage(session: PerfSession, runner: Runner) -> CombinationResult:
     record = runner.baseline_record(git_commit())
     if runner.combo.device == "cpu":
         record["host_probe"] = session.host_probe()
-        record["threads"] = session.placement.threads
+    record["threads"] = session.placement_for(runner.combo.device).threads
     session.staged[runner.combo.id] = record
     return _result(session, runner, "update", Outcome.STAGED, tolerance=record["tolerance"])
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.core import affinity
 from harness.perf.ab import duet
 
 
@@ -40,7 +41,7 @@ def allowed(pid: int) -> set[str]:
     return out
 
 
-@pytest.mark.skipif(len(duet.allowed_cores()) < 2, reason="needs 2 cores to move a process between")
+@pytest.mark.skipif(len(affinity.allowed_cores()) < 2, reason="needs 2 cores to move a process between")
 def test_pinning_reaches_every_thread_of_a_running_process():
     code = ("import threading, time\n"
             "for _ in range(3): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
@@ -48,7 +49,7 @@ def test_pinning_reaches_every_thread_of_a_running_process():
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "ready"
-        a, b = duet.allowed_cores()[:2]
+        a, b = affinity.allowed_cores()[:2]
         duet.pin(child.pid, a)
         assert allowed(child.pid) == {str(a)} and len(list(Path(f"/proc/{child.pid}/task").iterdir())) == 4
         duet.pin(child.pid, b)  # the next round: the other core

@@ -13,10 +13,9 @@ every thread it has), so a base revision from before duet runs side by side too.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
+from harness.core import affinity
 from harness.core.errors import HarnessError
 
 OPTION = "--perf-duet"
@@ -55,14 +54,6 @@ class Plan:
 IN_TURN = Plan(INTERLEAVED, None, f"{OPTION} off: the arms take turns, each with every core")
 
 
-def allowed_cores() -> list[int]:
-    """The cores this process may run on (its CPU affinity), in order."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux: no affinity to read or set
-        return []
-
-
 def plan(choice: str, cores: list[int] | None = None) -> Plan:
     """The mode for --perf-duet on|off|auto. `on` with fewer than 2 cores is an error naming the
     option; `auto` runs side by side when 2 cores are there, and says so either way."""
@@ -70,7 +61,7 @@ def plan(choice: str, cores: list[int] | None = None) -> Plan:
         raise DuetError(f"{OPTION} {choice!r}: choose one of {', '.join(CHOICES)}")
     if choice == "off":
         return IN_TURN
-    cores = allowed_cores() if cores is None else cores
+    cores = affinity.allowed_cores() if cores is None else cores
     if len(cores) < 2:
         why = (f"this process may run on {len(cores)} core(s) ({cores}); side-by-side arms need 2 "
                "(widen the CPU affinity, e.g. taskset -c 0,1)")
@@ -85,19 +76,11 @@ def plan(choice: str, cores: list[int] | None = None) -> Plan:
 def pin(pid: int, core: int) -> None:
     """Pin every thread of process `pid` to `core` (threads it starts later inherit it). A thread
     that ends meanwhile is passed over; a process that cannot be pinned is an error."""
-    tasks = Path(f"/proc/{pid}/task")
     try:
-        tids = [int(t.name) for t in tasks.iterdir()]
-    except OSError as exc:
+        pinned = affinity.pin_threads(pid, {core})
+    except FileNotFoundError as exc:  # the process is gone: no threads to list
         raise DuetError(f"{OPTION}: cannot list the threads of worker {pid} ({exc})") from None
-    pinned = 0
-    for tid in tids:
-        try:
-            os.sched_setaffinity(tid, {core})
-            pinned += 1
-        except ProcessLookupError:
-            continue
-        except OSError as exc:
-            raise DuetError(f"{OPTION}: cannot pin worker {pid} to core {core} ({exc}); pass {OPTION} off") from None
+    except OSError as exc:
+        raise DuetError(f"{OPTION}: cannot pin worker {pid} to core {core} ({exc}); pass {OPTION} off") from None
     if not pinned:
         raise DuetError(f"{OPTION}: worker {pid} has no thread left to pin")

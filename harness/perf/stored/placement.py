@@ -15,15 +15,12 @@ has its own arrangement (harness/perf/ab/duet.py) and is not touched by this.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
+from harness.core import affinity
 from harness.core.errors import HarnessError
-
-log = logging.getLogger(__name__)
 
 OPTION = "--perf-threads"
 ONE, ALL = "one", "all"
@@ -34,22 +31,18 @@ class PlacementError(HarnessError):
     """The measuring process cannot be placed as asked."""
 
 
-def _tasks() -> list[int]:
-    return [int(t.name) for t in Path(f"/proc/{os.getpid()}/task").iterdir()]
-
-
 @dataclass(frozen=True)
 class Placement:
     """How the stored gate's probe and rounds run, resolved once per session."""
     threads: str            # ONE or ALL: the value a baseline records and a check must share
-    core: int | None        # ONE: the core every thread of this process is pinned to while measuring
+    core: int | None        # ONE: the core every thread of this process is pinned to while measuring; ALL: None
     reason: str             # a line of the run's notes
 
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
         """ONE: torch at one intra-op thread and every thread of this process on `core`, for the
         block; the threads and affinity this process had are restored after it. ALL: as is."""
-        if self.threads == ALL or self.core is None:
+        if self.core is None:  # ALL
             yield
             return
         import torch
@@ -57,9 +50,7 @@ class Placement:
         threads, allowed = torch.get_num_threads(), os.sched_getaffinity(0)
         torch.set_num_threads(1)
         try:
-            for tid in _tasks():
-                with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
-                    os.sched_setaffinity(tid, {self.core})
+            affinity.pin_threads(os.getpid(), {self.core})
         except OSError as exc:
             torch.set_num_threads(threads)
             raise PlacementError(f"{OPTION} one: cannot pin this process to core {self.core} ({exc}); "
@@ -68,9 +59,11 @@ class Placement:
             yield
         finally:
             torch.set_num_threads(threads)
-            for tid in _tasks():
-                with contextlib.suppress(OSError):
-                    os.sched_setaffinity(tid, allowed)
+            affinity.pin_threads(os.getpid(), allowed)
+
+
+EVERY_CORE = Placement(ALL, None, f"{OPTION} all: the stored gate measures with torch's threads on every core "
+                                  "this process may use")
 
 
 def resolve(choice: str, cores: list[int] | None = None) -> Placement:
@@ -79,13 +72,8 @@ def resolve(choice: str, cores: list[int] | None = None) -> Placement:
     if choice not in CHOICES:
         raise PlacementError(f"{OPTION} {choice!r}: choose one of {', '.join(CHOICES)}")
     if choice == ALL:
-        return Placement(ALL, None, f"{OPTION} all: the stored gate measures with torch's threads on every core "
-                                    "this process may use")
-    if cores is None:
-        try:
-            cores = sorted(os.sched_getaffinity(0))
-        except AttributeError:  # not Linux: no affinity to set
-            cores = []
+        return EVERY_CORE
+    cores = affinity.allowed_cores() if cores is None else cores
     if not cores:
         raise PlacementError(f"{OPTION} one: this platform has no CPU affinity to pin to; pass {OPTION} all")
     return Placement(ONE, cores[0], f"{OPTION} one: the stored gate measures with one thread pinned to core "
