@@ -134,8 +134,8 @@ humaneval-full: fetch
 	$(PY) -m harness humaneval compare $(HE_OUT)/plain.jsonl $(HE_OUT)/assisted.jsonl --triage \
 	    --json $(HE_OUT)/compare.json
 
-# bubblewrap gives the sandbox a read-only filesystem (optional: the sandbox falls back to unshare,
-# then to rlimits + its audit policy, and says so).
+# bubblewrap: the sandbox's backend for a user who is not root (as root, the unshare backend needs
+# nothing installed). Without either, model-written code is refused (docs/sandbox.md).
 sandbox-tools:
 	@command -v bwrap >/dev/null && echo "bwrap already installed" || \
 	  { if [ "$$(id -u)" = 0 ]; then apt-get install -y bubblewrap; \

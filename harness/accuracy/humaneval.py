@@ -288,6 +288,15 @@ class EvalSummary:
     rows: list[dict[str, Any]] = field(default_factory=list)
 
 
+def check_completion(problem: dict[str, Any], completion: str, *, limits: sandbox.Limits = sandbox.Limits(),
+                     backend: str | None = None) -> sandbox.SandboxResult:
+    """One completion of one task in the sandbox (code execution must already be allowed): the prompt
+    and completion run as the program; the task's tests run apart from it, after the prompt (trusted
+    data) has defined the helpers they call."""
+    return sandbox.check_program(problem["prompt"] + completion, problem["test"], problem["entry_point"],
+                                 context=problem["prompt"], limits=limits, backend=backend, allow=True)
+
+
 def evaluate(samples_path: Path, *, workers: int | None = None, limits: sandbox.Limits = sandbox.Limits(),
              backend: str | None = None, allow: bool = False, ks: Sequence[int] = (1,),
              progress: Callable[[int, int, dict[str, Any]], None] | None = None,
@@ -300,9 +309,7 @@ def evaluate(samples_path: Path, *, workers: int | None = None, limits: sandbox.
     start = time.perf_counter()
 
     def check(row: dict[str, Any]) -> sandbox.SandboxResult:
-        p = all_problems[row["task_id"]]
-        return sandbox.check_program(p["prompt"] + row["completion"], p["test"], p["entry_point"],
-                                     limits=limits, backend=backend, allow=True)
+        return check_completion(all_problems[row["task_id"]], row["completion"], limits=limits, backend=backend)
 
     outcomes: list[sandbox.SandboxResult | None] = [None] * len(samples)
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:

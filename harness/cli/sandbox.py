@@ -23,9 +23,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.sandbox_command == "info":
         for name in sandbox.BACKENDS:
-            ok, reason, _ = sandbox._available(name)
+            ok, reason = sandbox._available(name)
             print(f"{name:8} {'works' if ok else 'unavailable: ' + reason}")
-        chosen = sandbox.select_backend(None)
+        try:
+            chosen = sandbox.select_backend(None)
+        except sandbox.SandboxUnavailable as exc:
+            print(f"in use: none can run model-written code: {exc}")
+            return 1
         print(f"in use: {chosen}: {sandbox.backend_note(chosen)}")
         print(f"pids cgroup per run: {'yes' if sandbox._pids_cgroup_root() else 'no (RLIMIT_NPROC only)'}")
         return 0
@@ -35,13 +39,14 @@ def run(args: argparse.Namespace) -> int:
     sandbox.require_code_execution(args.allow_code_execution)
     backend = sandbox.select_backend(args.sandbox)
     print(f"sandbox: {sandbox.backend_note(backend)}")
-    print(f"{'case':24} {'expected':18} {'status':10} {'files':9} {'leftover':9} {'time':>6}  result")
+    print(f"{'case':24} {'expected':18} {'status':10} {'files':9} {'canary':7} {'litter':6} {'leftover':9} "
+          f"{'time':>6}  result")
 
     def show(o: "sandbox_cases.CaseOutcome") -> None:
         case = next(c for c in sandbox_cases.CASES if c.name == o.case)
         print(f"{o.case:24} {'/'.join(case.expect):18} {o.status:10} {'intact' if o.files_intact else 'CHANGED':9} "
-              f"{len(o.leftover_processes):<9} {o.duration_s:6.2f}  {o.result[:90]}{'' if o.ok else '   <-- FAILED'}",
-              flush=True)
+              f"{'LEAKED' if o.leaked else 'kept':7} {len(o.litter):<6} {len(o.leftover_processes):<9} "
+              f"{o.duration_s:6.2f}  {o.result[:90]}{'' if o.ok else '   <-- FAILED'}", flush=True)
 
     outcomes = sandbox_cases.selftest(backend, progress=show)
     bad = [o.case for o in outcomes if not o.ok]
@@ -57,13 +62,12 @@ def canonical_check(humaneval, sandbox, backend: str) -> bool:
     """Every canonical solution passes, every deliberately wrong one ('return None') fails."""
     start = time.perf_counter()
     probs = humaneval.problems()
-    rows = [(tid, p["prompt"] + p["canonical_solution"], True) for tid, p in probs.items()]
-    rows += [(tid, p["prompt"] + "    return None\n", False) for tid, p in probs.items()]
+    rows = [(tid, p["canonical_solution"], True) for tid, p in probs.items()]
+    rows += [(tid, "    return None\n", False) for tid, p in probs.items()]
     import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        results = list(pool.map(lambda r: sandbox.check_program(r[1], probs[r[0]]["test"], probs[r[0]]["entry_point"],
-                                                                 backend=backend, allow=True), rows))
+        results = list(pool.map(lambda r: humaneval.check_completion(probs[r[0]], r[1], backend=backend), rows))
     good = [r for (tid, _, want), r in zip(rows, results) if want]
     wrong = [r for (tid, _, want), r in zip(rows, results) if not want]
     bad_good = [tid for (tid, _, want), r in zip(rows, results) if want and not r.passed]

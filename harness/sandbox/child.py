@@ -5,11 +5,16 @@ Standard library only; it runs under `python -I -S -B` inside the OS containment
   argv: JOB_FD RESULT_FD
   JOB_FD     a pipe from the parent carrying one JSON job, read to EOF and closed before any
              untrusted code runs: {"secret", "units": [[name, source, trusted], ...],
-             "call": [check_name, entry_point] | null, "rlimits": {...}, "workdir"}
-  RESULT_FD  a pipe to the parent. The only output that means "passed" is
-             b"PASS " + secret + b"\\n", written after every unit ran and the call returned. Failures
-             write b"FAIL " + a one-line reason; they are advisory (the parent fails anything else).
+             "call": [check_name, entry_point] | null, "rlimits": {...}, "workdir",
+             "jail": jail.py's spec | null, "audit_policy"}
+  RESULT_FD  a pipe to the parent. First, before any untrusted code runs, b"READY\n" (or
+             b"ERROR <reason>\n" when the jail could not be built: the sandbox's failure, not the
+             program's). Then the only output that means "passed" is b"PASS " + secret + b"\n",
+             written after every unit ran and the call returned. Failures write b"FAIL " + a one-line
+             reason; they are advisory (the parent fails anything else).
 
+With a jail (backend unshare), stage 0 (jail.py) runs first, as root in fresh namespaces: a private
+root filesystem, then uid 65534 with no capabilities.
 The secret is a fresh random value per run. It never appears in the program text, the command
 line, the environment or a file; it lives only in a local variable of `main` from the moment the
 job pipe is read and closed. Before the first untrusted unit runs, an audit hook (PEP 578) is
@@ -22,9 +27,12 @@ The trusted units and the final call see a copy of `builtins` taken before untru
 """
 
 import builtins
+import io
 import json
 import os
+import pickle
 import resource
+import struct
 import sys
 
 _DENIED_IMPORTS = frozenset({
@@ -213,22 +221,29 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 
 def main() -> None:
-    """Run the job; write the pass token only when every unit and the final call ran to the end."""
-    # Captured before untrusted code runs: a program that replaced os.write would see the token.
-    write, exit_, get_ident = os.write, os._exit, __import__("_thread").get_ident
+    """The judge: enter the jail, fork the program's process before the job is read, then run the
+    trusted units here and the untrusted ones there; the pass token is written only here, only
+    after the call returned."""
+    # Captured before anything else runs.
+    write, exit_ = os.write, os._exit
     job_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
+    workdir = _enter_jail(json.loads(sys.argv[3]) if len(sys.argv) > 3 else None, write, exit_, result_fd)
+    # Forked before the job is read: the program's memory never holds the secret or the tests, and
+    # it keeps none of this process's descriptors but its own two pipe ends.
+    program = _Program.fork(close=(job_fd, result_fd))
     job = _read_job(job_fd)
-    # The secret stays a local of this frame: no helper is given it, and the hook refuses frame access.
-    secret = job.pop("secret").encode("ascii")
+    secret = job.pop("secret").encode("ascii")  # a local of this frame only
     fail = _fail_writer(write, exit_, result_fd)
-    _apply_rlimits(job.get("rlimits", {}))
-    units = _compile_units(job["units"], fail)
-    call, workdir, audit_policy = job.get("call"), job["workdir"], job.get("audit_policy", True)
+    # The first line on the result pipe, written before any untrusted code runs: whatever the
+    # program could write comes after it, so it cannot pass itself off as a failure of the sandbox.
+    write(result_fd, b"READY\n")
+    _apply_rlimits(job["rlimits"])
+    trusted = _compile_units([u for u in job["units"] if u[2]], fail)
+    program.start({"units": [u for u in job["units"] if not u[2]], "rlimits": job["rlimits"],
+                   "workdir": workdir or job["workdir"], "audit_policy": job.get("audit_policy", True)})
+    call = job.get("call")
     del job
-
-    pristine = dict(builtins.__dict__)
-    _lock_down(workdir, audit_policy, get_ident)
-    _run_units(units, call, pristine, fail)
+    _judge(trusted, call, program, fail)
     write(result_fd, b"PASS " + secret + b"\n")
     exit_(0)
 
@@ -238,6 +253,27 @@ def _read_job(job_fd: int) -> dict:
     raw = _read_all(job_fd)  # holds the secret; released with this frame
     os.close(job_fd)
     return json.loads(raw)
+
+
+def _enter_jail(spec, write, exit_, result_fd: int):
+    """Stage 0 (backend unshare): the private root and the unprivileged user of jail.py, entered
+    before anything else; None without a jail. A failure is the sandbox's, reported as ERROR."""
+    if not spec:
+        return None
+    try:
+        import importlib.util
+
+        where = importlib.util.spec_from_file_location("_jail", os.path.join(os.path.dirname(__file__), "jail.py"))
+        jail = importlib.util.module_from_spec(where)
+        where.loader.exec_module(jail)
+        workdir = jail.enter(spec)
+    except BaseException as exc:  # noqa: BLE001 - any failure here means the run is not contained
+        write(result_fd, b"ERROR " + _one_line(f"{type(exc).__name__}: {exc}").encode("utf-8", "replace") + b"\n")
+        exit_(3)
+    # ctypes was the jail's tool only: out of sys.modules, so that importing it again meets the audit hook
+    for name in [m for m in sys.modules if m.split(".")[0] in ("ctypes", "_ctypes", "_jail")]:
+        del sys.modules[name]
+    return workdir
 
 
 def _fail_writer(write, exit_, result_fd: int):
@@ -261,12 +297,217 @@ def _apply_rlimits(rlimits: dict) -> None:
 def _compile_units(units: list, fail) -> list:
     """Compile every unit on its own before any runs, so a completion cannot swallow the tests."""
     compiled = []
-    for name, source, trusted in units:
+    for name, source, _trusted in units:
         try:
-            compiled.append((name, compile(source, f"<{name}>", "exec", dont_inherit=True), bool(trusted)))
+            compiled.append((name, compile(source, f"<{name}>", "exec", dont_inherit=True)))
         except (SyntaxError, ValueError) as exc:  # ValueError: null bytes in the source
             fail(f"{name}: {type(exc).__name__}: {exc}")
     return compiled
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        message = str(exc)
+        return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    except BaseException:  # noqa: BLE001 - a hostile __str__
+        return type(exc).__name__
+
+
+def _judge(units: list, call, program, fail) -> None:
+    """The trusted units (the tests, and the task's own context) run here, in this process, with the
+    program's entry point as a stand-in that calls into the program's process and gets back plain data."""
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        for _name, code in units:
+            exec(code, namespace)
+        defined = program.loaded()
+        if call is not None:
+            check_name, entry_point = call
+            if check_name not in namespace:
+                fail(f"NameError: the tests define no {check_name!r}")
+            if entry_point not in defined:
+                fail(f"NameError: the program defines no {entry_point!r}")
+            candidate = program.function(entry_point)
+            namespace[entry_point] = candidate
+            namespace[check_name](candidate)
+    except ProgramFailed as exc:
+        fail(str(exc))
+    except SystemExit as exc:
+        fail(f"the tests exited (SystemExit {exc.code!r})")
+    except BaseException as exc:  # noqa: BLE001 - every failure of the tests is a failed run
+        fail(_describe(exc))
+
+
+# --------------------------------------------------------------------------------------------
+# The program's process and the channel to it. Messages are length-prefixed pickles. The judge
+# reads the program's with _PlainData, which builds only plain values (no class of the program's,
+# so no rigged __eq__), and at most MAX_MESSAGE bytes of them.
+# --------------------------------------------------------------------------------------------
+MAX_MESSAGE = 64 << 20
+
+
+class ProgramFailed(Exception):
+    """The program's process failed, exited or answered with something that is not plain data."""
+
+
+class _PlainData(pickle.Unpickler):
+    ALLOWED = {("builtins", n) for n in ("complex", "set", "frozenset", "bytearray", "range", "slice", "int",
+                                          "float", "str", "bytes", "list", "dict", "tuple", "bool")} | \
+              {("collections", n) for n in ("OrderedDict", "defaultdict", "Counter", "deque")}
+
+    def find_class(self, module, name):
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"the program returned a {module}.{name}, which is not plain data")
+
+
+def _send(fd: int, obj) -> None:
+    data = pickle.dumps(obj)
+    view = memoryview(struct.pack("<Q", len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _receive(fd: int, plain: bool):
+    """The next message, or None at the end of the stream."""
+    head = _read_exactly(fd, 8)
+    if head is None:
+        return None
+    (size,) = struct.unpack("<Q", head)
+    if size > MAX_MESSAGE:
+        raise ProgramFailed(f"the program sent {size} bytes, more than {MAX_MESSAGE}")
+    data = _read_exactly(fd, size)
+    if data is None:
+        return None
+    return _PlainData(io.BytesIO(data)).load() if plain else pickle.loads(data)
+
+
+def _read_exactly(fd: int, n: int):
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+class _Program:
+    """The judge's handle on the program's process."""
+
+    def __init__(self, to_program: int, from_program: int):
+        self.to_program, self.from_program = to_program, from_program
+
+    @classmethod
+    def fork(cls, close: tuple) -> "_Program":
+        inbox_r, inbox_w = os.pipe()
+        outbox_r, outbox_w = os.pipe()
+        if os.fork() == 0:
+            keep = sorted((inbox_r, outbox_w))
+            os.closerange(3, keep[0])
+            os.closerange(keep[0] + 1, keep[1])
+            os.closerange(keep[1] + 1, 1 << 16)
+            _program_process(inbox_r, outbox_w)  # never returns
+        for fd in (inbox_r, outbox_w):
+            os.close(fd)
+        return cls(inbox_w, outbox_r)
+
+    def start(self, job: dict) -> None:
+        _send(self.to_program, job)
+
+    def _reply(self):
+        try:
+            reply = _receive(self.from_program, plain=True)
+        except ProgramFailed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - anything the program sent that is not a plain message
+            raise ProgramFailed(_describe(exc)) from None
+        if reply is None:
+            raise ProgramFailed("the program exited before the tests finished")
+        if not isinstance(reply, tuple) or not reply or not isinstance(reply[0], str):
+            raise ProgramFailed("the program's process answered out of turn")
+        if reply[0] == "error" and len(reply) == 2:
+            raise ProgramFailed(str(reply[1]))
+        return reply
+
+    def loaded(self) -> frozenset:
+        reply = self._reply()
+        if reply[0] != "loaded" or len(reply) != 2:
+            raise ProgramFailed("the program's process answered out of turn")
+        return frozenset(name for name in reply[1] if isinstance(name, str))
+
+    def function(self, name: str):
+        def candidate(*args, **kwargs):
+            _send(self.to_program, ("call", name, args, kwargs))
+            reply = self._reply()
+            if reply[0] == "return" and len(reply) == 2:
+                return reply[1]
+            if reply[0] == "raise" and len(reply) == 3:
+                raise _rebuilt(str(reply[1]), str(reply[2]))
+            raise ProgramFailed("the program's process answered out of turn")
+
+        candidate.__name__ = candidate.__qualname__ = name
+        return candidate
+
+
+def _rebuilt(type_name: str, message: str) -> Exception:
+    """The program's exception, as a builtin exception of the same type where there is one."""
+    cls = getattr(builtins, type_name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(message)
+        except Exception:  # noqa: BLE001 - a builtin whose constructor wants other arguments
+            pass
+    return RuntimeError(f"{type_name}: {message}")
+
+
+def _program_process(inbox: int, outbox: int) -> None:
+    """The untrusted side: compile and run the program's units under the audit hook, then answer
+    each call of one of its functions with ("return", value) or ("raise", type, message)."""
+    exit_, get_ident = os._exit, __import__("_thread").get_ident
+    send = _send
+    job = _receive(inbox, plain=False)
+    if job is None:  # the judge failed before sending the job
+        exit_(0)
+    _apply_rlimits(job["rlimits"])
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        units = []
+        for name, source, _trusted in job["units"]:
+            try:
+                units.append(compile(source, f"<{name}>", "exec", dont_inherit=True))
+            except (SyntaxError, ValueError) as exc:
+                send(outbox, ("error", f"{name}: {type(exc).__name__}: {exc}"))
+                exit_(1)
+        _lock_down(job["workdir"], job["audit_policy"], get_ident)
+        del job
+        for code in units:
+            exec(code, namespace)
+        send(outbox, ("loaded", [k for k, v in namespace.items() if callable(v)]))
+    except SystemExit as exc:
+        send(outbox, ("error", f"the program exited (SystemExit {exc.code!r}) before the tests finished"))
+        exit_(1)
+    except BaseException as exc:  # noqa: BLE001 - every failure of untrusted code is a failed run
+        send(outbox, ("error", _describe(exc)))
+        exit_(1)
+    while True:
+        message = _receive(inbox, plain=False)
+        if message is None:
+            exit_(0)
+        _, name, args, kwargs = message
+        try:
+            reply = ("return", namespace[name](*args, **kwargs))
+        except SystemExit as exc:
+            send(outbox, ("error", f"the program exited (SystemExit {exc.code!r}) before the tests finished"))
+            exit_(1)
+        except BaseException as exc:  # noqa: BLE001
+            reply = ("raise", type(exc).__name__, _describe(exc).partition(": ")[2])
+        try:
+            send(outbox, reply)
+        except BaseException as exc:  # noqa: BLE001 - a value pickle cannot carry
+            send(outbox, ("error", f"the program returned a value that cannot leave its process ({_describe(exc)})"))
+            exit_(1)
 
 
 def _lock_down(workdir: str, audit_policy: bool, get_ident) -> None:
@@ -275,35 +516,6 @@ def _lock_down(workdir: str, audit_policy: bool, get_ident) -> None:
         sys.modules.pop(mod, None)
     if audit_policy:
         sys.addaudithook(_make_hook(workdir, _stdlib_dirs(), get_ident))
-
-
-def _run_units(units: list, call, pristine: dict, fail) -> None:
-    """Run the units in order in one namespace, then check(entry_point); any failure ends the process."""
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
-    try:
-        for name, code, trusted in units:
-            if trusted:  # trusted units see the builtins as they were before untrusted code ran
-                trusted_ns = dict(namespace)
-                trusted_ns["__builtins__"] = dict(pristine)
-                exec(code, trusted_ns)
-                namespace = trusted_ns
-            else:
-                exec(code, namespace)
-        if call is not None:
-            check_name, entry_point = call
-            if check_name not in namespace:
-                fail(f"NameError: the tests define no {check_name!r}")
-            if entry_point not in namespace:
-                fail(f"NameError: the program defines no {entry_point!r}")
-            namespace[check_name](namespace[entry_point])
-    except SystemExit as exc:
-        fail(f"the program exited (SystemExit {exc.code!r}) before the tests finished")
-    except BaseException as exc:  # noqa: BLE001 - every failure of untrusted code is a failed run
-        try:
-            message = str(exc)
-            fail(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
-        except BaseException:  # a hostile __str__
-            fail(type(exc).__name__)
 
 
 if __name__ == "__main__":

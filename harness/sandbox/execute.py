@@ -2,15 +2,20 @@
 
 Layers, from the kernel up (each run records which were in force: `SandboxResult.backend`):
 
-1. Containment backend, the first that works here (or $HARNESS_SANDBOX = bwrap | unshare | none):
-   - bwrap (Debian package `bubblewrap`; `make sandbox-tools` installs it): new user, pid, network,
-     ipc, uts and mount namespaces; the whole filesystem read-only except the run's working
-     directory and a private /tmp; all capabilities dropped; uid 65534 inside; every process of
-     the run dies with it (pid namespace, --die-with-parent).
-   - unshare (util-linux, always on Debian; needs root or user namespaces): network, pid, ipc, uts
-     and mount namespaces; every process dies with the run. The filesystem is NOT read-only: only the
-     child's Python audit policy (layer 3) keeps writes inside the working directory.
-   - none: a process group and rlimits only; logged as a warning, with what is not enforced.
+1. Containment backend, the first that works here (or $HARNESS_SANDBOX = unshare | bwrap | none):
+   - unshare (util-linux, on every Debian; needs root, as CI runs): new pid, network, ipc, uts and
+     mount namespaces, then the child's stage 0 (harness/sandbox/jail.py) builds a private root -
+     read-only binds of /usr and the interpreter's prefix, a minimal /dev, private /work and /tmp
+     capped in bytes and files, no /proc, /sys or /dev/shm, none of the host's own files - and
+     becomes uid/gid 65534 with no capabilities, no_new_privs and SIGKILL as its parent-death signal.
+   - bwrap (Debian package `bubblewrap`; `make sandbox-tools`), for a user who is not root: the same
+     view built by bwrap (read-only binds of the same folders, private /tmp and working directory, a
+     minimal /dev, no /proc) in new user, pid, network, ipc, uts and mount namespaces, as uid 65534
+     with every capability dropped; every process of the run dies with it.
+   - none: a process group and rlimits only. It contains nothing the kernel would have to enforce,
+     so it is never chosen automatically: only `--sandbox none` / HARNESS_SANDBOX=none run it, with
+     a warning. Where neither backend works, running untrusted code is refused in one line that says
+     what to install.
 2. Always: its own session and process group (killed as a whole on timeout and after the run),
    rlimits set by the child before untrusted code (CPU seconds, address space, file size, open
    files, processes, no core files), a fresh temporary working directory, stdin /dev/null, a
@@ -40,6 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -58,22 +64,25 @@ log = logging.getLogger(__name__)
 
 ALLOW_ENV = "HARNESS_ALLOW_CODE_EXECUTION"
 BACKEND_ENV = "HARNESS_SANDBOX"
-BACKENDS = ("bwrap", "unshare", "none")
+BACKENDS = ("unshare", "bwrap", "none")
+CONTAINING = ("unshare", "bwrap")  # the backends auto may choose
 CHILD = Path(__file__).resolve().parent / "child.py"
 SANDBOX_UID = 65534
+WORK = "/work"  # the run's working directory inside unshare's and bwrap's view
 
 PASSED, FAILED, TIMED_OUT = "passed", "failed", "timed out"
 
 BACKEND_NOTES = {
-    "bwrap": "bwrap: read-only filesystem except the working directory and a private /tmp; no network; "
-             "own user/pid/ipc/uts namespaces; no capabilities; every process dies with the run",
-    "unshare": "unshare: no network; own pid/ipc/uts/mount namespaces, every process dies with the run. NOT "
-               "enforced by the kernel: a read-only filesystem (only the child's Python audit policy keeps "
-               "writes in the working directory). Install bubblewrap (make sandbox-tools) for that",
-    "none": "no namespaces available: network access, writes outside the working directory and processes "
-            "that leave the process group are NOT contained by the kernel, only by the child's Python audit "
-            "policy and rlimits. Install bubblewrap (make sandbox-tools), or run as root for unshare",
+    "unshare": "unshare + jail: private read-only root (the system's programs and Python only), private /work and "
+               "/tmp capped in bytes and files, no /proc, /sys or /dev/shm, no network; uid 65534 without "
+               "capabilities; every process dies with the run",
+    "bwrap": "bwrap: private read-only root (the system's programs and Python only), private /work and /tmp, no "
+             "/proc, no network; uid 65534 in its own user namespace, no capabilities; every process dies with the run",
+    "none": "NO BOUNDARY: network access, reading host files and writes outside the working directory are "
+            "contained only by the child's Python audit policy and rlimits (chosen with --sandbox none)",
 }
+INSTALL_HINT = ("run as root (the unshare backend) or install bubblewrap (make sandbox-tools, or the Debian "
+                "package bubblewrap); --sandbox none runs model-written code with no boundary")
 
 
 class CodeExecutionRefused(HarnessError):
@@ -104,6 +113,8 @@ class Limits:
     processes: int = 32            # RLIMIT_NPROC (see the module docstring for what it counts)
     open_files: int = 64           # RLIMIT_NOFILE
     output_bytes: int = 16 << 10   # stdout/stderr kept in the result
+    work_bytes: int = 64 << 20     # size of the private /work and of /tmp (unshare: tmpfs size=)
+    work_files: int = 1024         # files and folders in each (unshare: tmpfs nr_inodes=)
 
     def rlimits(self) -> dict[str, tuple[int, int]]:
         cpu = self.cpu_s if self.cpu_s is not None else int(self.timeout_s) + 2
@@ -140,86 +151,92 @@ class SandboxResult:
 # --------------------------------------------------------------------------------------------
 # Backends
 # --------------------------------------------------------------------------------------------
-def _needed_under_tmp() -> list[str]:
-    """The interpreter and the child script, where they live under /tmp (a venv in a checkout under
-    /tmp, as CI clones often are): the private /tmp would hide them, so they are bound back read-only."""
-    candidates = {Path(sys.executable).parent, Path(os.path.realpath(sys.executable)).parent,
-                  Path(sys.base_prefix), Path(sys.prefix), CHILD.parent}
-    tmp = Path("/tmp")
-    under = sorted(str(p) for p in candidates if p.is_absolute() and tmp in p.parents)
-    return [p for p in under if not any(p != q and p.startswith(q + os.sep) for q in under)]
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
-def _bwrap_prefix(work: str, *, user_ns: bool = True) -> list[str]:
-    user = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)] if user_ns else []
-    keep = [arg for path in _needed_under_tmp() for arg in ("--ro-bind", path, path)]
-    return ["bwrap", "--unshare-all", *user, "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
-            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *keep, "--bind", work, work, "--chdir", work,
-            "--cap-drop", "ALL", "--"]
+def _system_binds() -> list[str]:
+    """What a run sees of the host, read-only: the system's programs and libraries, and the Python
+    that runs the child (its prefix, wherever it is installed: pyenv under /root, a venv under /tmp)."""
+    paths = [d for d in SYSTEM_DIRS if os.path.lexists(d)]
+    real = {os.path.realpath(sys.base_prefix), os.path.dirname(os.path.realpath(sys.executable)),
+            os.path.dirname(os.path.dirname(os.path.realpath(os.__file__)))}
+    for path in sorted(real):
+        if not any(path == d or path.startswith(d + "/") for d in paths):
+            paths.append(path)
+    return paths
 
 
-def _unshare_prefix(work: str) -> list[str]:
-    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-    return ["unshare", *user, "--net", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc",
+def _interpreter() -> str:
+    """The Python binary itself: a venv's bin/python is a link into a folder the run does not see."""
+    return os.path.realpath(sys.executable)
+
+
+def _bwrap_prefix(limits: Limits) -> list[str]:
+    view: list[str] = []
+    for path in [*_system_binds(), str(CHILD.parent)]:
+        view += ["--symlink", os.readlink(path), path] if os.path.islink(path) else ["--ro-bind", path, path]
+    return ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+            "--die-with-parent", "--new-session", *view, "--dev", "/dev",
+            "--size", str(limits.work_bytes), "--tmpfs", "/tmp", "--size", str(limits.work_bytes), "--tmpfs", WORK,
+            "--chdir", WORK, "--cap-drop", "ALL", "--"]
+
+
+def _unshare_prefix() -> list[str]:
+    """Namespaces from unshare; the child's stage 0 (jail.py) builds the view and drops root. setpriv
+    makes unshare die with the harness, and --kill-child takes the run's pid namespace with it."""
+    return ["setpriv", "--pdeathsig", "KILL", "--", "unshare", "--net", "--pid", "--fork", "--kill-child", "--mount",
             "--ipc", "--uts", "--"]
 
 
-def _probe(prefix: list[str], work: str) -> str | None:
-    """None when the prefix runs the interpreter, else the reason."""
-    if shutil.which(prefix[0]) is None:
-        return f"{prefix[0]} is not installed"
-    try:
-        proc = subprocess.run([*prefix, sys.executable, "-I", "-S", "-c", "pass"], cwd=work,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{prefix[0]}: {exc}"
-    if proc.returncode != 0:
-        return f"{prefix[0]} failed here: {(proc.stderr.strip().splitlines() or ['exit %d' % proc.returncode])[-1]}"
-    return None
+def _jail_spec(root: Path, limits: Limits) -> dict[str, Any]:
+    jail = root / "jail"
+    jail.mkdir()
+    return {"root": str(jail), "binds": _system_binds(), "work_bytes": limits.work_bytes,
+            "work_files": limits.work_files, "uid": SANDBOX_UID}
 
 
 @cache
-def _available(name: str) -> tuple[bool, str, bool]:
-    """(works, reason if not, bwrap with a user namespace)."""
+def _available(name: str) -> tuple[bool, str]:
+    """(works here, why not): a backend works when a trial run through it passes."""
     if name == "none":
-        return True, "", False
-    work = tempfile.mkdtemp(prefix="harness-sandbox-probe-")
+        return True, ""
+    if name == "unshare" and os.geteuid() != 0:
+        return False, "needs root"
+    for tool in (["bwrap"] if name == "bwrap" else ["setpriv", "unshare"]):
+        if shutil.which(tool) is None:
+            return False, f"{tool} is not installed"
     try:
-        if name == "bwrap":
-            reason = _probe(_bwrap_prefix(work), work)
-            if reason is None:
-                return True, "", True
-            if _probe(_bwrap_prefix(work, user_ns=False), work) is None:
-                return True, "", False
-            return False, reason, False
-        reason = _probe(_unshare_prefix(work), work)
-        return reason is None, reason or "", False
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        run = _execute(name, [], None, Limits(timeout_s=30.0), audit_policy=True)
+    except SandboxUnavailable as exc:
+        return False, str(exc)
+    if run.status != PASSED:
+        return False, f"a trial run did not pass: {run.result}"
+    return True, ""
 
 
 _warned: set[str] = set()
 
 
 def select_backend(requested: str | None = None) -> str:
-    """The backend to use: requested (or $HARNESS_SANDBOX), else the strongest that works here."""
+    """The backend to use: requested (or $HARNESS_SANDBOX), else the first containing one that works here."""
     requested = requested or os.environ.get(BACKEND_ENV) or "auto"
     if requested not in (*BACKENDS, "auto"):
         raise SandboxUnavailable(f"unknown sandbox backend {requested!r} (from {BACKEND_ENV} or --sandbox); "
                                  f"choose auto, {', '.join(BACKENDS)}")
-    if requested != "auto":
-        ok, reason, _ = _available(requested)
-        if not ok:
-            raise SandboxUnavailable(f"sandbox backend {requested!r} does not work here: {reason}. "
-                                     f"Use --sandbox auto (or unset {BACKEND_ENV})")
-        chosen = requested
-    else:
-        chosen = next(b for b in BACKENDS if _available(b)[0])
-    if chosen != "bwrap" and chosen not in _warned:
-        _warned.add(chosen)
-        skipped = "; ".join(f"{b}: {_available(b)[1]}" for b in BACKENDS[:BACKENDS.index(chosen)] if not _available(b)[0])
-        log.warning("sandbox backend %s (%s). %s", chosen, skipped or "requested", BACKEND_NOTES[chosen])
-    return chosen
+    if requested == "auto":
+        chosen = next((b for b in CONTAINING if _available(b)[0]), None)
+        if chosen is None:
+            tried = "; ".join(f"{b}: {_available(b)[1]}" for b in CONTAINING)
+            raise SandboxUnavailable(f"no sandbox backend can contain model-written code here ({tried}): {INSTALL_HINT}")
+        return chosen
+    ok, reason = _available(requested)
+    if not ok:
+        raise SandboxUnavailable(f"sandbox backend {requested!r} does not work here: {reason}. "
+                                 f"Use --sandbox auto (or unset {BACKEND_ENV})")
+    if requested == "none" and requested not in _warned:
+        _warned.add(requested)
+        log.warning("sandbox backend none: %s", BACKEND_NOTES["none"])
+    return requested
 
 
 def backend_note(backend: str) -> str:
@@ -253,10 +270,17 @@ def _pids_cgroup_root() -> Path | None:
 class _PidsCgroup:
     def __init__(self, max_pids: int):
         root = _pids_cgroup_root()
-        self.path = None if root is None else root / f"harness-sandbox-{secrets.token_hex(6)}"
+        self.path = None if root is None else root / f"{RUN_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         if self.path is not None:
             self.path.mkdir()
             (self.path / "pids.max").write_text(str(max_pids))
+
+    @classmethod
+    def adopt(cls, path: Path) -> "_PidsCgroup":
+        """An existing cgroup of a run (a killed harness's), to kill what is in it and remove it."""
+        group = cls.__new__(cls)
+        group.path = path
+        return group
 
     def wrap(self, cmd: list[str]) -> list[str]:
         """The command joins the cgroup itself before it execs, so nothing it starts escapes it."""
@@ -282,6 +306,49 @@ class _PidsCgroup:
             self.path = None
         except OSError as exc:
             log.warning("could not remove sandbox cgroup %s: %s", self.path, exc)
+
+
+# --------------------------------------------------------------------------------------------
+# What a killed harness left: its runs' folders and cgroups carry its process id, and are removed by
+# the next harness once that process is gone (never a live run's).
+# --------------------------------------------------------------------------------------------
+RUN_PREFIX = "harness-sandbox-run-"
+
+
+def _owner_gone(name: str) -> bool:
+    pid = name[len(RUN_PREFIX):].split("-", 1)[0]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def sweep(tmp: Path | None = None) -> list[str]:
+    """Remove the run folders and cgroups of harness processes that no longer exist; returns what went."""
+    removed = []
+    tmp = tmp or Path(tempfile.gettempdir())
+    for folder in tmp.glob(f"{RUN_PREFIX}*"):
+        if folder.is_dir() and _owner_gone(folder.name):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    root = _pids_cgroup_root()
+    for group in root.glob(f"{RUN_PREFIX}*") if root else []:
+        if _owner_gone(group.name):
+            _PidsCgroup.adopt(group).kill_all()
+            removed.append(str(group))
+    if removed:
+        log.info("removed what killed sandbox runs left: %s", ", ".join(removed))
+    return removed
+
+
+@cache
+def _sweep_once() -> None:
+    sweep()
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,17 +400,26 @@ def run_program(units: Sequence[tuple[str, str, bool]], *, call: tuple[str, str]
     audit_policy=False switches the child's audit hook off: only for tests of the kernel layers
     (and to show that the forgery tests are real)."""
     require_code_execution(allow)
-    backend = select_backend(backend)
-    root = Path(tempfile.mkdtemp(prefix="harness-sandbox-"))
-    work = root / "work"
-    work.mkdir()
-    secret = secrets.token_hex(32)
-    job = json.dumps({"secret": secret, "units": [list(u) for u in units], "call": list(call) if call else None,
-                      "rlimits": limits.rlimits(), "workdir": str(work),
-                      "audit_policy": audit_policy}).encode()
-    prefix = _containment_prefix(backend, work)
-    run = _run_child(prefix, job, root, work, limits)
-    status, result, details = _verdict(run, secret, wrapped=bool(prefix))
+    return _execute(select_backend(backend), units, call, limits, audit_policy=audit_policy)
+
+
+def _execute(backend: str, units: Sequence[tuple[str, str, bool]], call: tuple[str, str] | None, limits: Limits,
+             *, audit_policy: bool) -> SandboxResult:
+    _sweep_once()
+    root = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{os.getpid()}-"))
+    try:
+        work = root / "work"
+        work.mkdir()
+        secret = secrets.token_hex(32)
+        job = json.dumps({"secret": secret, "units": [list(u) for u in units], "call": list(call) if call else None,
+                          "rlimits": limits.rlimits(), "workdir": WORK if backend != "none" else str(work),
+                          "audit_policy": audit_policy}).encode()
+        prefix = _containment_prefix(backend, limits)
+        jail = [json.dumps(_jail_spec(root, limits))] if backend == "unshare" else []
+        run = _run_child(prefix, job, root, work, limits, inside=WORK if prefix else str(work), jail=jail)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    status, result, details = _verdict(run, secret, backend=backend, wrapped=bool(prefix))
     details["pids_cgroup"] = _pids_cgroup_root() is not None
     return SandboxResult(status=status, result=result, returncode=run.returncode, duration_s=run.duration_s,
                          backend=backend, stdout=run.stdout, stderr=run.stderr, output_truncated=run.truncated,
@@ -362,25 +438,26 @@ class _ChildRun:
     truncated: bool
 
 
-def _containment_prefix(backend: str, work: Path) -> list[str]:
+def _containment_prefix(backend: str, limits: Limits) -> list[str]:
     """The command line that puts the child inside the backend's namespaces (empty for `none`)."""
     if backend == "bwrap":
-        return _bwrap_prefix(str(work), user_ns=_available("bwrap")[2])
+        return _bwrap_prefix(limits)
     if backend == "unshare":
-        return _unshare_prefix(str(work))
+        return _unshare_prefix()
     return []
 
 
-def _run_child(prefix: list[str], job: bytes, root: Path, work: Path, limits: Limits) -> _ChildRun:
+def _run_child(prefix: list[str], job: bytes, root: Path, work: Path, limits: Limits, *, inside: str,
+               jail: list[str]) -> _ChildRun:
     """Run the child with the job on one pipe and its verdict on another; always kill what is left
-    of the run, close the pipes and remove `root`."""
+    of the run and close the pipes."""
     job_r, job_w = os.pipe()
     res_r, res_w = os.pipe()
     cgroup = _PidsCgroup(limits.processes)
-    cmd = cgroup.wrap([*prefix, sys.executable, "-I", "-S", "-B", str(CHILD), str(job_r), str(res_w)])
+    cmd = cgroup.wrap([*prefix, _interpreter(), "-I", "-S", "-B", str(CHILD), str(job_r), str(res_w), *jail])
     start = time.perf_counter()
     try:
-        proc = _start_child(cmd, root, work, pass_fds=(job_r, res_w))
+        proc = _start_child(cmd, root, work, inside, pass_fds=(job_r, res_w))
         os.close(job_r)
         os.close(res_w)
         job_r = res_w = -1
@@ -397,15 +474,14 @@ def _run_child(prefix: list[str], job: bytes, root: Path, work: Path, limits: Li
             if fd >= 0:
                 os.close(fd)
         os.close(res_r)
-        shutil.rmtree(root, ignore_errors=True)
     return _ChildRun(returncode=proc.returncode, timed_out=timed_out, duration_s=duration, verdict=verdict,
                      stdout=stdout, stderr=stderr, truncated=cut_out or cut_err)
 
 
-def _start_child(cmd: list[str], root: Path, work: Path, pass_fds: tuple[int, int]) -> subprocess.Popen:
+def _start_child(cmd: list[str], root: Path, work: Path, inside: str, pass_fds: tuple[int, int]) -> subprocess.Popen:
     """Start the child in its own session with a scrubbed environment, stdin /dev/null and its
     stdout/stderr in files under `root` (the file-size rlimit caps them)."""
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(work), "TMPDIR": str(work)}
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": inside, "TMPDIR": inside}
     with open(root / "stdout", "wb") as out, open(root / "stderr", "wb") as err:
         return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=work, env=env,
                                 pass_fds=pass_fds, start_new_session=True)
@@ -444,12 +520,35 @@ def _read_verdict(res_r: int) -> bytes:
         return b""
 
 
-def _verdict(run: _ChildRun, secret: str, *, wrapped: bool) -> tuple[str, str, dict[str, Any]]:
-    """(status, result, details) of a finished run: passed only with this run's exact token and exit 0."""
+READY = b"READY\n"  # the child's first line, written before any untrusted code runs
+REASON_CHARS = 200
+_PATH = re.compile(r"(?<![\w.~])/[^\s'\"():,]+")
+
+
+def redact(reason: str) -> str:
+    """A failure's reason as results files and logs keep it: absolute paths replaced by <path>,
+    at most REASON_CHARS characters (the exception's type comes first, so it always stays)."""
+    reason = _PATH.sub("<path>", " ".join(reason.split()))
+    return reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS] + "..."
+
+
+
+def _verdict(run: _ChildRun, secret: str, *, backend: str, wrapped: bool) -> tuple[str, str, dict[str, Any]]:
+    """(status, result, details) of a finished run: passed only with this run's exact token and exit 0.
+    A child that never got ready (the backend failed to build its view) raises SandboxUnavailable:
+    that is the sandbox's failure, never the program's."""
+    if run.verdict.startswith(b"ERROR "):
+        raise SandboxUnavailable(f"sandbox backend {backend} failed to start the run: "
+                                 f"{run.verdict[6:].decode('utf-8', 'replace').strip()}. {INSTALL_HINT}")
+    if not run.verdict.startswith(READY):
+        last = (run.stderr.strip().splitlines() or [f"exit status {run.returncode}"])[-1]
+        raise SandboxUnavailable(f"sandbox backend {backend} did not start the run"
+                                 f"{' within the time limit' if run.timed_out else ''}: {last[:300]}")
+    said = run.verdict[len(READY):]
     details: dict[str, Any] = {}
     if run.timed_out:
         return TIMED_OUT, TIMED_OUT, details
-    if run.verdict == f"PASS {secret}\n".encode() and run.returncode == 0:
+    if said == f"PASS {secret}\n".encode() and run.returncode == 0:
         return PASSED, PASSED, details
     reason, sig = _explain_exit(run.returncode, wrapped=wrapped)
     if sig is not None:
@@ -457,10 +556,10 @@ def _verdict(run: _ChildRun, secret: str, *, wrapped: bool) -> tuple[str, str, d
     if sig == signal.SIGXCPU:
         details["reason"] = "CPU time limit (SIGXCPU)"
         return TIMED_OUT, TIMED_OUT, details
-    lines = run.verdict.decode("utf-8", "replace").splitlines()
+    lines = said.decode("utf-8", "replace").splitlines()
     if len(lines) == 1 and lines[0].startswith("FAIL ") and sig is None:
-        reason = lines[0][5:]
-    elif run.verdict.startswith(b"PASS "):
+        reason = redact(lines[0][5:])
+    elif said.startswith(b"PASS "):
         reason = "a forged or incomplete pass token (the tests did not finish)"
     return FAILED, f"failed: {reason}", details
 
@@ -471,9 +570,10 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def check_program(program: str, test: str, entry_point: str, *, limits: Limits = Limits(),
-                  backend: str | None = None, allow: bool = False) -> SandboxResult:
-    """HumanEval's check: the program (prompt + completion, untrusted), then the test code (trusted,
-    compiled on its own), then `check(entry_point)`."""
-    return run_program([("program", program, False), ("test", test, True)], call=("check", entry_point),
-                       limits=limits, backend=backend, allow=allow)
+def check_program(program: str, test: str, entry_point: str, *, context: str | None = None,
+                  limits: Limits = Limits(), backend: str | None = None, allow: bool = False) -> SandboxResult:
+    """HumanEval's check: the program (prompt + completion, untrusted) in the program's process; the
+    test code and `check(entry_point)` in the judge's, after `context` (the task's prompt, trusted: the
+    helpers a test calls, e.g. HumanEval/32's `poly`) where given."""
+    units = ([("context", context, True)] if context else []) + [("program", program, False), ("test", test, True)]
+    return run_program(units, call=("check", entry_point), limits=limits, backend=backend, allow=allow)
