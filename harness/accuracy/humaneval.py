@@ -305,6 +305,13 @@ def evaluate(samples_path: Path, *, workers: int | None = None, limits: sandbox.
     backend = sandbox.select_backend(backend)
     all_problems = problems()
     samples = read_samples(samples_path, all_problems)
+    counts: dict[str, int] = {}
+    for row in samples:
+        counts[row["task_id"]] = counts.get(row["task_id"], 0) + 1
+    if counts and max(ks) > min(counts.values()):
+        fewest = min(counts, key=counts.get)
+        raise SamplesError(f"--k {max(ks)}: {samples_path} has {counts[fewest]} sample(s) for {fewest}; pass@k needs "
+                           f"at least k samples of every task (give a smaller --k, or generate more samples)")
     workers = workers or max(1, min(4, os.cpu_count() or 1))
     start = time.perf_counter()
 
@@ -323,10 +330,8 @@ def evaluate(samples_path: Path, *, workers: int | None = None, limits: sandbox.
     per_task: dict[str, list[bool]] = {}
     for row in rows:
         per_task.setdefault(row["task_id"], []).append(row["passed"])
-    pass_at = {}
-    for k in ks:
-        if all(len(v) >= k for v in per_task.values()):
-            pass_at[k] = sum(pass_at_k(len(v), sum(v), k) for v in per_task.values()) / len(per_task)
+    pass_at = {k: sum(pass_at_k(len(v), sum(v), k) for v in per_task.values()) / len(per_task) for k in ks
+               if per_task}
     out = results_path(Path(samples_path))
     if write:
         jsonio.atomic_write_text(out, "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))

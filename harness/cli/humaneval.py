@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.cli.options import float_in, int_in, sandbox_options
+from harness.cli.options import float_in, int_in, int_list_in, name_list, sandbox_options
 from harness.core import models, registry
 from harness.core.errors import HarnessError
 
@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--num-assistant-tokens", "-k", type=int_in(1, 64), metavar="K")
     g.add_argument("--max-new-tokens", type=int_in(1, 8192), default=512)
     g.add_argument("--limit", type=int_in(1, 164), help="only the first N tasks")
-    g.add_argument("--task-ids", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
+    g.add_argument("--task-ids", type=name_list("task id"),
                    help="comma-separated task ids, e.g. HumanEval/0,HumanEval/20")
     g.add_argument("--out", type=Path, required=True, metavar="SAMPLES.jsonl")
     g.add_argument("--no-resume", action="store_true", help="start again: ignore the tasks already in OUT and OUT.partial")
@@ -45,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sandbox_options(e)
     e.add_argument("--workers", type=int_in(1, 64), help="programs run at once (default: min(4, CPUs))")
     e.add_argument("--timeout", type=float_in(0.1, 600.0), default=10.0, help="seconds per program (default 10)")
-    e.add_argument("--k", type=lambda t: [int(x) for x in t.split(",")], default=[1], help="pass@k values (default 1)")
+    e.add_argument("--k", type=int_list_in(1, 1000), default=[1], help="pass@k values, e.g. 1,10 (default 1)")
     e.add_argument("--no-progress", action="store_true")
 
 
@@ -134,6 +134,11 @@ def humaneval_compare(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _ratio(a: float, b: float) -> str:
+    """a / b to two places, or n/a where b is 0 (a run file whose times are 0)."""
+    return f"{a / b:.2f}" if b > 0 else "n/a"
+
+
 def print_comparison(c) -> dict[str, int] | None:
     """The comparison for a reader: equal completions, time, pass@1, triage; returns the triage counts."""
     n = len(c.tasks)
@@ -141,10 +146,11 @@ def print_comparison(c) -> dict[str, int] | None:
     if c.unpaired:
         print(f"compared on the {n} tasks both files hold; {len(c.unpaired)} are in only one (e.g. {c.unpaired[0]})")
     print(f"completions equal: {c.equal}/{n}; differ: {', '.join(t.task_id for t in c.tasks if not t.completions_equal) or 'none'}")
-    print(f"plain:    {c.plain_tokens} new tokens in {c.plain_seconds:.1f} s ({c.plain_tokens / c.plain_seconds:.2f} tokens/s)")
+    print(f"plain:    {c.plain_tokens} new tokens in {c.plain_seconds:.1f} s ({_ratio(c.plain_tokens, c.plain_seconds)} "
+          "tokens/s)")
     print(f"assisted: {c.assisted_tokens} new tokens in {c.assisted_seconds:.1f} s "
-          f"({c.assisted_tokens / c.assisted_seconds:.2f} tokens/s); the same tasks "
-          f"{c.plain_seconds / c.assisted_seconds:.2f}x faster")
+          f"({_ratio(c.assisted_tokens, c.assisted_seconds)} tokens/s); the same tasks "
+          f"{_ratio(c.plain_seconds, c.assisted_seconds)}x faster")
     if c.evaluated:
         print(f"pass@1: plain {c.pass_at_1('plain'):.4f}, assisted {c.pass_at_1('assisted'):.4f}")
         for t in c.tasks:

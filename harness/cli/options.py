@@ -29,6 +29,25 @@ def float_in(lo: float, hi: float, *, lo_open: bool = False):
     return parse
 
 
+def int_list_in(lo: int, hi: int):
+    """'1' or '1,10,100' -> integers, each within lo..hi."""
+    def parse(text: str) -> list[int]:
+        one = int_in(lo, hi)
+        values = [one(x.strip()) for x in text.split(",")]
+        return list(dict.fromkeys(values))
+    return parse
+
+
+def name_list(what: str):
+    """'a,b' -> ['a', 'b']; an empty list (',' or '') is an error, never 'all'."""
+    def parse(text: str) -> list[str]:
+        names = [x.strip() for x in text.split(",") if x.strip()]
+        if not names:
+            raise argparse.ArgumentTypeError(f"{text!r} names no {what}: give at least one, comma-separated")
+        return names
+    return parse
+
+
 def parse_ks(text: str) -> tuple[int, ...]:
     """'6', '2,4,6' or '2-8' -> K values (1..64)."""
     out: list[int] = []

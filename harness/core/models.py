@@ -54,8 +54,10 @@ _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
 def cache_root() -> Path:
+    """Absolute, so that a relative $HARNESS_CACHE_DIR means one folder whatever the working directory
+    (the A/B gate's base arm runs in another one, and gets this path, not the variable's text)."""
     if env := os.environ.get("HARNESS_CACHE_DIR"):
-        return Path(env).expanduser()
+        return Path(env).expanduser().absolute()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "assisted-bench"
 

@@ -119,6 +119,10 @@ def _check_options(config: pytest.Config) -> None:
     directory = Path(config.getoption("baselines_dir"))
     if directory.exists() and not directory.is_dir():
         bad("--baselines-dir", f"{directory} is not a folder")
+    if not directory.exists() and not config.getoption("update_baselines"):
+        # without it, no combination would find a baseline and each would silently gate A/B instead
+        bad("--baselines-dir", f"{directory} does not exist (mistyped?); to store baselines there, add "
+                               "--update-baselines")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -3,6 +3,7 @@ pass@k, resumable generation on tiny local models, and the CLI's refusal without
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -162,3 +163,43 @@ def test_compare_pairs_runs_triages_divergences_and_flags_a_wrong_token(tmp_path
     doc = json.loads((tmp_path / "compare.json").read_text())
     assert doc["equal"] == 2 and doc["plain_pass_at_1"] == pytest.approx(2 / 3) and doc["triage"] is None
     assert [t["task_id"] for t in doc["tasks"]] == tasks and doc["assisted"] == str(runs[True])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--k", "0"], "argument --k: 0 is outside 1..1000"),
+    (["--k", "-1"], "argument --k: -1 is outside 1..1000"),
+    (["--k", "1,x"], "argument --k: 'x' is not an integer"),
+    (["--k", "2"], "--k 2: "),  # one sample per task: refused before any program runs
+])
+def test_evaluate_refuses_a_bad_k_before_running_anything(tmp_path, capsys, args, message):
+    samples = write(tmp_path / "s.jsonl", [{"task_id": "HumanEval/0", "completion": P0["canonical_solution"]}])
+    with pytest.raises(SystemExit) if args[1] != "2" else contextlib.nullcontext():
+        assert main(["humaneval", "evaluate", str(samples), "--allow-code-execution", "--no-progress", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "s.jsonl_results.jsonl").exists()
+
+
+def test_task_ids_naming_no_task_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["humaneval", "generate", "--task-ids", ",", "--out", str(tmp_path / "o.jsonl")])
+    assert "argument --task-ids: ',' names no task id" in capsys.readouterr().err
+
+
+def test_an_unwritable_results_path_is_one_line(tmp_path, capsys):
+    samples = write(tmp_path / "s.jsonl", [{"task_id": "HumanEval/0", "completion": P0["canonical_solution"]}])
+    (tmp_path / "s.jsonl_results.jsonl").mkdir()  # a folder where the results file goes
+    assert main(["humaneval", "evaluate", str(samples), "--allow-code-execution", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "error: " in err and "s.jsonl_results.jsonl" in err and "Traceback" not in err
+
+
+def test_compare_of_runs_whose_times_are_zero_prints_no_rate(tmp_path, capsys):
+    from harness.cli.humaneval import print_comparison
+
+    c = humaneval.Comparison(plain=tmp_path / "p.jsonl", assisted=tmp_path / "a.jsonl",
+                             config={"pair": "tiny+draft", "target_precision": "fp32"}, tasks=[], plain_seconds=0.0,
+                             assisted_seconds=0.0, plain_tokens=12, assisted_tokens=12, evaluated=False)
+    print_comparison(c)  # was ZeroDivisionError
+    out = capsys.readouterr().out
+    assert "12 new tokens in 0.0 s (n/a tokens/s)" in out and "the same tasks n/a" in out

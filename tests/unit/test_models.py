@@ -150,3 +150,13 @@ def test_unreachable_hub_fails_fast(monkeypatch, tmp_path):
     with pytest.raises(ModelUnavailableError, match="the hub is not reachable: 127.0.0.1:9 unreachable"):
         models.fetch(spec)
     assert time.monotonic() - start < models.HUB_PROBE_TIMEOUT_S + 5
+
+
+def test_a_relative_cache_dir_is_one_folder_whatever_the_working_directory(tmp_path, monkeypatch):
+    """The A/B gate's base arm runs in its own worktree: a relative $HARNESS_CACHE_DIR must not mean a
+    folder inside it (the controller resolves it and hands the arms the absolute path)."""
+    from harness.core.models import cache_root
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", "rel/cache")
+    monkeypatch.chdir(tmp_path)
+    assert cache_root() == tmp_path / "rel" / "cache" and cache_root().is_absolute()

@@ -96,6 +96,7 @@ def test_update_writes_every_combination_up_to_the_cap(measured):
 
 def test_missing_baseline_fails_with_the_update_command(measured, tmp_path):
     matrix, _, _ = measured
+    (tmp_path / "baselines").mkdir()  # a folder without this platform's file
     r = gate(matrix, tmp_path, "-k", "tiny+draft", "--perf-missing-baseline", "fail")
     assert r.returncode == 1
     assert f"{CID}: no baseline on platform" in r.stdout

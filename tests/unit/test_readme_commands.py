@@ -41,11 +41,18 @@ def test_pytest_m_perf_from_the_repository_root():
 
 
 def test_space_separated_options_with_a_path_value(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
     r = run("-m", "perf", "--baselines-dir", str(tmp_path / "elsewhere"), "--pair", "smollm2-135m+self",
             "--platform", "cpu", "--collect-only", "-q")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ids = collected(r)
     assert ids and all("smollm2-135m+self:" in i and ":cpu:" in i for i in ids), ids
+
+
+def test_a_mistyped_baselines_dir_is_a_usage_error(tmp_path):
+    """Not a silent switch of every combination to the A/B gate."""
+    r = run("-m", "perf", "--baselines-dir", str(tmp_path / "baselnes"), "--collect-only", "-q")
+    assert r.returncode == 4 and "--baselines-dir" in r.stderr and "does not exist" in r.stderr, r.stderr[-2000:]
 
 
 def test_the_options_exist_wherever_pytest_starts(tmp_path):

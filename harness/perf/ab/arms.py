@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
+from harness.core.models import cache_root
 from harness.perf.ab.revision import Tree
 from harness.perf.ab.worker import PROTOCOL
 
@@ -47,7 +48,7 @@ class Arm:
         return f"{self.name} ({self.tree.label}, {self.tree.commit[:12]})"
 
     def start(self) -> None:
-        env = {**os.environ, **self.env, "PYTHONPATH": str(self.tree.path)}
+        env = {**os.environ, **self.env, "PYTHONPATH": str(self.tree.path), "HARNESS_CACHE_DIR": str(cache_root())}
         with open(self.log_path, "a", encoding="utf-8") as err:
             self.process = subprocess.Popen([sys.executable, "-m", self.tree.worker], cwd=self.tree.path, env=env,
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
