@@ -98,6 +98,12 @@ def quantize(model: Any, name: str, *, progress: bool = True, **settings: Any) -
     return model, QuantRecord(method=name, settings=used, layers=layers, seconds=time.perf_counter() - start)
 
 
+# A save in progress writes PARTIAL_PREFIX + its process id + "-" + the file's name beside it: a save
+# killed half-way (checkpoints are GBs) is recognisable, and removed once its process is gone
+# (harness/core/locks.py `sweep`, called by the harness before it quantizes into its cache).
+PARTIAL_PREFIX = ".partial-"
+
+
 def save(model: Any, record: QuantRecord, path: Path) -> None:
     """Write the converted layers, the float vectors outside them (norm weights, biases: a method
     may fold scales into them, as AWQ does; a few hundred KB) and the record to one file,
@@ -114,7 +120,7 @@ def save(model: Any, record: QuantRecord, path: Path) -> None:
     vectors = {name: p.detach().clone() for name, p in model.named_parameters()
                if p.ndim == 1 and p.is_floating_point() and name.rpartition(".")[0] not in layers}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp = path.with_name(f"{PARTIAL_PREFIX}{os.getpid()}-{path.name}")
     try:
         with open(tmp, "wb") as fh:
             torch.save({"format": SAVE_FORMAT, "record": record.as_dict(), "layers": layers, "vectors": vectors}, fh)
@@ -141,18 +147,26 @@ def load(model: Any, path: Path) -> tuple[Any, QuantRecord]:
     if not isinstance(saved, dict) or saved.get("format") != SAVE_FORMAT:
         raise QuantSettingsError(f"{path}: checkpoint format {saved.get('format') if isinstance(saved, dict) else '?'}"
                                  f", this code reads {SAVE_FORMAT}; delete it and quantize again")
-    modules = dict(model.named_modules())
-    for name, entry in saved["layers"].items():
+    # Checked whole, and every layer rebuilt, before the model is touched: a checkpoint that does
+    # not fit leaves the model as it was, to be quantized again from the float weights.
+    modules, params = dict(model.named_modules()), dict(model.named_parameters())
+    for name in saved["layers"]:
         if name not in modules:
             raise QuantSettingsError(f"{path}: layer {name!r} is not in this model; the checkpoint belongs to "
                                      "another architecture")
-        replace(model, name, restore_layer(entry["meta"], entry["state"]))
-    params = dict(model.named_parameters())
     for name, value in saved["vectors"].items():
         if name not in params or params[name].shape != value.shape:
             raise QuantSettingsError(f"{path}: parameter {name!r} is not in this model or has another shape; "
                                      "the checkpoint belongs to another architecture")
-        with torch.no_grad():
+    try:
+        layers = {name: restore_layer(entry["meta"], entry["state"]) for name, entry in saved["layers"].items()}
+    except Exception as exc:  # noqa: BLE001 - a layer the checkpoint describes wrongly
+        raise QuantSettingsError(f"{path}: a saved layer cannot be rebuilt ({type(exc).__name__}: {exc}); delete it "
+                                 "and quantize again") from None
+    for name, layer in layers.items():
+        replace(model, name, layer)
+    with torch.no_grad():
+        for name, value in saved["vectors"].items():
             params[name].copy_(value)
     record = QuantRecord(**{**saved["record"], "cached": True})
     return model, record

@@ -19,8 +19,17 @@ import jsonschema
 from harness.core.errors import HarnessError
 
 
+def _regular_or_absent(path: Path, error: type[Exception]) -> None:
+    """A FIFO would hang a read, a folder fail a write half-way: both are named before anything is done."""
+    if path.exists() and not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file (a FIFO or device?)"
+        raise error(f"{path}: {kind}; move it away or choose another path")
+
+
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all (a temporary file beside it, then a rename)."""
     path = Path(path)
+    _regular_or_absent(path, IsADirectoryError)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -76,6 +85,7 @@ def _reject_overflow(doc: Any, source: str, error: type[HarnessError], path: str
 
 
 def read_strict(path: Path, error: type[HarnessError]) -> Any:
+    _regular_or_absent(Path(path), error)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:

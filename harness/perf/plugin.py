@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from harness.core import hostspeed, platform, registry
+from harness.core import hostspeed, locks, platform, registry
 from harness.core.errors import HarnessError, did_you_mean
 from harness.perf import replay
 from harness.perf.ab import duet, loadguard
@@ -164,7 +164,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
     if config.getoption("perf_against"):
         try:
-            session.trees = ab_trees(config.getoption("perf_against"))
+            session.trees = ab_trees(session, config.getoption("perf_against"))
         except HarnessError as exc:
             message = str(exc)
             prefix = f"--perf-against {config.getoption('perf_against')}: "
@@ -220,13 +220,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state: PerfSession | None = session.config.stash.get(_STATE, None)
     if state is None:
         return
-    if (state.gated and not state.updating and not session.config.option.collectonly
-            and state.counts(len(_SKIPPED))["gated"] == 0 and session.exitstatus == 0):
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a perf run that gated nothing is not a pass
-    if state.results:
-        from harness.perf import report as perf_report
+    try:
+        if (state.gated and not state.updating and not session.config.option.collectonly
+                and state.counts(len(_SKIPPED))["gated"] == 0 and session.exitstatus == 0):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a perf run that gated nothing is not a pass
+        _write_baselines(state, exitstatus)  # first: a report that cannot be written must not cost a measurement
+        if state.results:
+            from harness.perf import report as perf_report
 
-        perf_report.write_all(state.results, Path(session.config.getoption("perf_report_dir")))
+            perf_report.write_all(state.results, Path(session.config.getoption("perf_report_dir")))
+    except (HarnessError, OSError) as exc:
+        state.update_lines.append(f"error: {exc}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    finally:
+        state.held.close()  # the A/B gate's lock: the next gate on this repository may start
+
+
+def _write_baselines(state: PerfSession, exitstatus: int) -> None:
+    """Merge the staged records into each platform's file: under that file's lock, re-read, so that
+    two update runs at once (other pairs, other combinations) both keep what they measured."""
     if not state.updating or not state.staged:
         return
     if exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -240,9 +252,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     lines = []
     for device, records in by_device.items():
         path = state.baseline_path(device)
-        old = state.baseline_doc(device)
-        new = baselines.merged(old, platform.detect(device).hardware(), platform.software(), records)
-        baselines.write(path, new)
+        with locks.held(baselines.lock_for(path), what=f"writing {path}", on_wait=state.say):
+            old = baselines.load(path, platform_id=state.platform_id(device), cpu_class=platform.detect(device).capability)
+            new = baselines.merged(old, platform.detect(device).hardware(), platform.software(), records)
+            baselines.write(path, new)
         changed = baselines.changes(old, new)
         lines.append(f"wrote {path} ({len(records)} combination(s) measured):")
         lines += ["  " + c for c in changed] or ["  (no change)"]
@@ -258,11 +271,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from harness.perf import report as perf_report
 
     terminalreporter.section("perf gate")
+    for line in perf_report.summary_lines(state.results) if state.results else []:
+        terminalreporter.write_line(line)
+    for line in state.update_lines + state.notes:
+        terminalreporter.write_line(line)
     if state.results:
-        for line in perf_report.summary_lines(state.results):
-            terminalreporter.write_line(line)
-        for line in state.update_lines + state.notes:
-            terminalreporter.write_line(line)
         terminalreporter.write_line(f"reports: {config.getoption('perf_report_dir')}/"
                                     "{results.json, summary.md, speedup.png}")
     c = state.counts(len(_SKIPPED))

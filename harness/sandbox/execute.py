@@ -5,7 +5,7 @@ Layers, from the kernel up (each run records which were in force: `SandboxResult
 1. Containment backend, the first that works here (or $HARNESS_SANDBOX = unshare | bwrap | none):
    - unshare (util-linux, on every Debian; needs root, as CI runs): new pid, network, ipc, uts and
      mount namespaces, then the child's stage 0 (harness/sandbox/jail.py) builds a private root -
-     read-only binds of /usr and the interpreter's prefix, a minimal /dev, private /work and /tmp
+     read-only binds of /usr and the interpreter's prefix, a minimal /dev, a private working directory and /tmp
      capped in bytes and files, no /proc, /sys or /dev/shm, none of the host's own files - and
      becomes uid/gid 65534 with no capabilities, no_new_privs and SIGKILL as its parent-death signal.
    - bwrap (Debian package `bubblewrap`; `make sandbox-tools`), for a user who is not root: the same
@@ -58,6 +58,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness.core import locks
 from harness.core.errors import HarnessError
 
 log = logging.getLogger(__name__)
@@ -68,15 +69,18 @@ BACKENDS = ("unshare", "bwrap", "none")
 CONTAINING = ("unshare", "bwrap")  # the backends auto may choose
 CHILD = Path(__file__).resolve().parent / "child.py"
 SANDBOX_UID = 65534
-WORK = "/work"  # the run's working directory inside unshare's and bwrap's view
+# Inside unshare's and bwrap's view: the run's working directory, and where bwrap shows the child
+# script (under /run, which no host folder of the view can be: a checkout at /work must stay visible).
+WORK = "/run/work"
+BWRAP_CHILD_DIR = "/run/harness-child"
 
 PASSED, FAILED, TIMED_OUT = "passed", "failed", "timed out"
 
 BACKEND_NOTES = {
-    "unshare": "unshare + jail: private read-only root (the system's programs and Python only), private /work and "
-               "/tmp capped in bytes and files, no /proc, /sys or /dev/shm, no network; uid 65534 without "
+    "unshare": "unshare + jail: private read-only root (the system's programs and Python only), private working directory "
+               "and /tmp capped in bytes and files, no /proc, /sys or /dev/shm, no network; uid 65534 without "
                "capabilities; every process dies with the run",
-    "bwrap": "bwrap: private read-only root (the system's programs and Python only), private /work and /tmp, no "
+    "bwrap": "bwrap: private read-only root (the system's programs and Python only), private working directory and /tmp, no "
              "/proc, no network; uid 65534 in its own user namespace, no capabilities; every process dies with the run",
     "none": "NO BOUNDARY: network access, reading host files and writes outside the working directory are "
             "contained only by the child's Python audit policy and rlimits (chosen with --sandbox none)",
@@ -113,7 +117,7 @@ class Limits:
     processes: int = 32            # RLIMIT_NPROC (see the module docstring for what it counts)
     open_files: int = 64           # RLIMIT_NOFILE
     output_bytes: int = 16 << 10   # stdout/stderr kept in the result
-    work_bytes: int = 64 << 20     # size of the private /work and of /tmp (unshare: tmpfs size=)
+    work_bytes: int = 64 << 20     # size of the private working directory and of /tmp (unshare: tmpfs size=)
     work_files: int = 1024         # files and folders in each (unshare: tmpfs nr_inodes=)
 
     def rlimits(self) -> dict[str, tuple[int, int]]:
@@ -173,8 +177,9 @@ def _interpreter() -> str:
 
 def _bwrap_prefix(limits: Limits) -> list[str]:
     view: list[str] = []
-    for path in [*_system_binds(), str(CHILD.parent)]:
+    for path in _system_binds():
         view += ["--symlink", os.readlink(path), path] if os.path.islink(path) else ["--ro-bind", path, path]
+    view += ["--ro-bind", str(CHILD.parent), BWRAP_CHILD_DIR]
     return ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--die-with-parent", "--new-session", *view, "--dev", "/dev",
             "--size", str(limits.work_bytes), "--tmpfs", "/tmp", "--size", str(limits.work_bytes), "--tmpfs", WORK,
@@ -191,7 +196,7 @@ def _unshare_prefix() -> list[str]:
 def _jail_spec(root: Path, limits: Limits) -> dict[str, Any]:
     jail = root / "jail"
     jail.mkdir()
-    return {"root": str(jail), "binds": _system_binds(), "work_bytes": limits.work_bytes,
+    return {"root": str(jail), "binds": _system_binds(), "work": WORK, "work_bytes": limits.work_bytes,
             "work_files": limits.work_files, "uid": SANDBOX_UID}
 
 
@@ -270,7 +275,7 @@ def _pids_cgroup_root() -> Path | None:
 class _PidsCgroup:
     def __init__(self, max_pids: int):
         root = _pids_cgroup_root()
-        self.path = None if root is None else root / f"{RUN_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+        self.path = None if root is None else root / (locks.owned_name(RUN_PREFIX) + secrets.token_hex(6))
         if self.path is not None:
             self.path.mkdir()
             (self.path / "pids.max").write_text(str(max_pids))
@@ -315,35 +320,13 @@ class _PidsCgroup:
 RUN_PREFIX = "harness-sandbox-run-"
 
 
-def _owner_gone(name: str) -> bool:
-    pid = name[len(RUN_PREFIX):].split("-", 1)[0]
-    if not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
 def sweep(tmp: Path | None = None) -> list[str]:
     """Remove the run folders and cgroups of harness processes that no longer exist; returns what went."""
-    removed = []
-    tmp = tmp or Path(tempfile.gettempdir())
-    for folder in tmp.glob(f"{RUN_PREFIX}*"):
-        if folder.is_dir() and _owner_gone(folder.name):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(str(folder))
+    gone = locks.sweep(tmp or Path(tempfile.gettempdir()), RUN_PREFIX)
     root = _pids_cgroup_root()
-    for group in root.glob(f"{RUN_PREFIX}*") if root else []:
-        if _owner_gone(group.name):
-            _PidsCgroup.adopt(group).kill_all()
-            removed.append(str(group))
-    if removed:
-        log.info("removed what killed sandbox runs left: %s", ", ".join(removed))
-    return removed
+    if root is not None:
+        gone += locks.sweep(root, RUN_PREFIX, remove=lambda group: _PidsCgroup.adopt(group).kill_all())
+    return [str(p) for p in gone]
 
 
 @cache
@@ -406,7 +389,7 @@ def run_program(units: Sequence[tuple[str, str, bool]], *, call: tuple[str, str]
 def _execute(backend: str, units: Sequence[tuple[str, str, bool]], call: tuple[str, str] | None, limits: Limits,
              *, audit_policy: bool) -> SandboxResult:
     _sweep_once()
-    root = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{os.getpid()}-"))
+    root = Path(tempfile.mkdtemp(prefix=locks.owned_name(RUN_PREFIX)))
     try:
         work = root / "work"
         work.mkdir()
@@ -416,7 +399,8 @@ def _execute(backend: str, units: Sequence[tuple[str, str, bool]], call: tuple[s
                           "audit_policy": audit_policy}).encode()
         prefix = _containment_prefix(backend, limits)
         jail = [json.dumps(_jail_spec(root, limits))] if backend == "unshare" else []
-        run = _run_child(prefix, job, root, work, limits, inside=WORK if prefix else str(work), jail=jail)
+        child = f"{BWRAP_CHILD_DIR}/{CHILD.name}" if backend == "bwrap" else str(CHILD)
+        run = _run_child(prefix, job, root, work, limits, inside=WORK if prefix else str(work), jail=jail, child=child)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     status, result, details = _verdict(run, secret, backend=backend, wrapped=bool(prefix))
@@ -448,13 +432,13 @@ def _containment_prefix(backend: str, limits: Limits) -> list[str]:
 
 
 def _run_child(prefix: list[str], job: bytes, root: Path, work: Path, limits: Limits, *, inside: str,
-               jail: list[str]) -> _ChildRun:
+               jail: list[str], child: str) -> _ChildRun:
     """Run the child with the job on one pipe and its verdict on another; always kill what is left
     of the run and close the pipes."""
     job_r, job_w = os.pipe()
     res_r, res_w = os.pipe()
     cgroup = _PidsCgroup(limits.processes)
-    cmd = cgroup.wrap([*prefix, _interpreter(), "-I", "-S", "-B", str(CHILD), str(job_r), str(res_w), *jail])
+    cmd = cgroup.wrap([*prefix, _interpreter(), "-I", "-S", "-B", child, str(job_r), str(res_w), *jail])
     start = time.perf_counter()
     try:
         proc = _start_child(cmd, root, work, inside, pass_fds=(job_r, res_w))

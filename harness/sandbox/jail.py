@@ -7,7 +7,7 @@ process:
 
 - sees a new root: an empty tmpfs holding only read-only binds of the system's program folders
   (/usr and its /bin, /lib... links) and the interpreter's prefix, a minimal /dev (null, zero,
-  random, urandom), and two private tmpfs folders, /work (its working directory) and /tmp, each
+  random, urandom), and two private tmpfs folders, its working directory and /tmp, each
   capped in bytes and in files (inodes). There is no /proc, /sys, /dev/shm, /run or /home, and none
   of the host's own files: nothing outside can be read, named or written;
 - runs as uid/gid 65534 with no supplementary groups, so it holds no capability and cannot undo
@@ -102,8 +102,8 @@ def enter(spec: dict) -> str:
     """Build the jail described by `spec` and drop into it; returns the working directory inside.
 
     spec: {"root": an empty host folder to mount the new root on, "binds": host paths to show
-    read-only, "work_bytes": size of /work and of /tmp, "work_files": files (inodes) in each,
-    "uid": the user to become}."""
+    read-only, "work": the working directory inside, "work_bytes": size of it and of /tmp,
+    "work_files": files (inodes) in each, "uid": the user to become}."""
     libc = _libc()
     new_root, uid = spec["root"], int(spec["uid"])
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing of what follows reaches the host
@@ -111,12 +111,12 @@ def enter(spec: dict) -> str:
     for path in spec["binds"]:
         _bind(libc, new_root, path)
     _devices(libc, new_root)
-    _private_tmpfs(libc, new_root + "/work", spec["work_bytes"], spec["work_files"], uid)
+    _private_tmpfs(libc, new_root + spec["work"], spec["work_bytes"], spec["work_files"], uid)
     _private_tmpfs(libc, new_root + "/tmp", spec["work_bytes"], spec["work_files"], uid)
     _mount(libc, None, new_root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chdir(new_root)
     os.chroot(".")
-    os.chdir("/work")
+    os.chdir(spec["work"])
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)  # from uid 0 to another: every capability is gone
@@ -125,4 +125,4 @@ def enter(spec: dict) -> str:
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     _check(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "parent-death signal")
     _check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable")
-    return "/work"
+    return spec["work"]

@@ -100,6 +100,30 @@ def test_a_live_gate_runs_end_to_end_and_its_replay_decides_the_same(tiny, tmp_p
     assert f"replayed from {recording}" in again.stdout or rec["verdict"] == "pass"
 
 
+def test_two_gates_at_once_on_one_repository_both_complete_one_after_the_other(tiny, tmp_path):
+    """Two gates measuring at once would share the cores and both be wrong: the second waits on the
+    repository's A/B gate lock, says for which process, and then runs."""
+    matrix, root = tiny
+
+    def start(name: str) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "pytest", str(GATE), "-p", "no:cacheprovider", "-q", "-k", "tiny+draft",
+               "--perf-matrix", str(matrix), "--perf-report-dir", str(tmp_path / name), "--perf-against", "HEAD",
+               "--perf-tolerance", "0.5", "--perf-max-repeats", "4", "--perf-undecided", "warn"]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                                env={**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
+
+    gates = [start("first"), start("second")]
+    outputs = [g.communicate(timeout=900)[0] for g in gates]
+    for g, name, out in zip(gates, ("first", "second"), outputs):  # each gate reached a verdict
+        results = json.loads((tmp_path / name / "results.json").read_text())["results"]
+        assert [r["verdict"] for r in results if r["combination"] == CID] and g.returncode in (0, 1), out[-3000:]
+    waited = [(i, out) for i, out in enumerate(outputs) if "A/B gate: waiting for process" in out]
+    assert len(waited) == 1, outputs
+    i, out = waited[0]
+    assert f"waiting for process {gates[1 - i].pid}," in out
+    assert not workers_left()
+
+
 def test_a_slowdown_in_the_recorded_candidate_is_a_regression(tiny, tmp_path):
     """The decision on recorded rounds (deterministic): the live recording, its rounds steadied, with
     the candidate's plain and assisted rounds 50% slower fails, naming the metric and both arms; the

@@ -12,6 +12,7 @@ import pytest
 
 from harness.perf.ab import loadguard, revision
 from harness.perf.ab.arms import Arm, ArmError
+from harness.perf.ab.worker import PROTOCOL
 
 REPO = Path(__file__).resolve().parents[2]
 PREDATES = "6040276"  # a commit of this repository older than the A/B gate
@@ -104,3 +105,75 @@ def test_a_worker_answers_in_its_own_tree_and_leaves_nothing_behind():
     assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0  # gone
     with pytest.raises(ArmError, match="the worker is not running"):
         arm.request({"op": "hello"})
+
+
+def fake_tree(tmp_path: Path, body: str) -> revision.Tree:
+    """A tree whose worker (python -m fakeworker) runs `body` after answering hello like a real one."""
+    (tmp_path / "harness").mkdir(exist_ok=True)
+    (tmp_path / "fakeworker.py").write_text(
+        "import json, os, sys, time\n"
+        "sys.stdin.readline()\n"
+        f"print(json.dumps({{'ok': True, 'protocol': {PROTOCOL!r}, 'harness': os.path.join(os.getcwd(), 'harness')}}),"
+        " flush=True)\n" + body)
+    return revision.Tree(tmp_path, "0" * 40, "fake", worker="fakeworker")
+
+
+def test_a_worker_that_writes_half_a_line_is_an_error_in_time_not_a_hang(tmp_path):
+    arm = Arm("base", fake_tree(tmp_path, "sys.stdin.readline()\nsys.stdout.write('{\"ok\": tr')\n"
+                                          "sys.stdout.flush()\ntime.sleep(60)\n"), timeout_s=60)
+    arm.start()
+    start = time.monotonic()
+    with pytest.raises(ArmError, match=r"base \(fake, 000000000000\): wrote part of a line \('\{\"ok\": tr'\) and "
+                                       r"then nothing to round in 2 s; the worker was killed \(log: "):
+        arm.request({"op": "round"}, timeout_s=2)
+    assert time.monotonic() - start < 10
+    assert arm.process is None and arm.failed and arm.log_path.exists()  # the log the message names is kept
+    arm.log_path.unlink()
+
+
+def test_stray_output_from_a_worker_names_the_arm(tmp_path):
+    arm = Arm("candidate", fake_tree(tmp_path, "sys.stdin.readline()\nprint('loading weights...', flush=True)\n"
+                                               "sys.stdin.readline()\n"), timeout_s=60)
+    arm.start()
+    with pytest.raises(ArmError, match=r"candidate \(fake, .*\): answered load with a line that is not JSON: "
+                                       r"'loading weights...'"):
+        arm.request({"op": "load"}, timeout_s=10)
+    assert arm.process is None  # a worker off the protocol is killed, not asked to quit
+    arm.log_path.unlink()
+
+
+def test_a_worker_dies_with_a_killed_controller_and_its_log_is_swept(tmp_path):
+    """SIGKILL of the controller runs no clean-up: the worker dies with it anyway (parent-death signal),
+    and the next gate removes the dead controller's worker log."""
+    fake_tree(tmp_path, "time.sleep(120)\n")
+    controller = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness.perf.ab import revision; "
+         "from harness.perf.ab.arms import Arm; "
+         f"a = Arm('base', revision.Tree(Path({str(tmp_path)!r}), '0' * 40, 'fake', worker='fakeworker')); "
+         "a.start(); print(a.process.pid, a.log_path, flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True, cwd=REPO)
+    pid, log_path = controller.stdout.readline().split()
+    assert Path(f"/proc/{pid}").exists()
+    controller.kill()
+    controller.wait()
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists(), "the worker outlived its controller"
+    assert Path(log_path).exists()
+    Arm("next", fake_tree(tmp_path, ""))  # a new arm sweeps what dead controllers left
+    assert not Path(log_path).exists()
+
+
+def test_a_finished_gate_leaves_no_worker_log(tmp_path):
+    arm = Arm("base", fake_tree(tmp_path, "sys.stdin.readline()\n"), timeout_s=60)
+    arm.start()
+    arm.close()
+    arm.discard_log()
+    assert not arm.log_path.exists()
+
+
+def test_a_failed_checkout_reports_git_s_reason_not_its_first_line():
+    stderr = "Preparing worktree (detached HEAD 1234567)\nfatal: '/x/y' already exists\n"
+    assert revision._git_error(stderr) == "fatal: '/x/y' already exists"
+    assert revision._git_error("Preparing worktree\nsomething odd\n") == "something odd"

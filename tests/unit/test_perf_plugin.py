@@ -39,15 +39,18 @@ HOST_ANY = "100"
 HOST_DEFAULT = None
 
 
-def gate(matrix: Path, directory: Path, *args: str, tolerance: str = TOLERANCE,
-         host_threshold: str | None = HOST_ANY) -> subprocess.CompletedProcess:
-    """A child pytest run of the perf gate against the baselines in `directory`."""
+def gate_command(matrix: Path, directory: Path, *args: str, tolerance: str = TOLERANCE,
+                 host_threshold: str | None = HOST_ANY) -> list[str]:
     host = ["--perf-host-threshold", host_threshold] if host_threshold is not None else []
-    cmd = [sys.executable, "-m", "pytest", str(GATE), "-p", "no:cacheprovider", "-q",
-           "--perf-matrix", str(matrix), "--baselines-dir", str(directory / "baselines"),
-           "--perf-report-dir", str(directory / "reports"), "--perf-tolerance", tolerance, *host, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    return [sys.executable, "-m", "pytest", str(GATE), "-p", "no:cacheprovider", "-q",
+            "--perf-matrix", str(matrix), "--baselines-dir", str(directory / "baselines"),
+            "--perf-report-dir", str(directory / "reports"), "--perf-tolerance", tolerance, *host, *args]
+
+
+def gate(matrix: Path, directory: Path, *args: str, **options: str | None) -> subprocess.CompletedProcess:
+    """A child pytest run of the perf gate against the baselines in `directory`."""
+    return subprocess.run(gate_command(matrix, directory, *args, **options), capture_output=True, text=True,
+                          cwd=REPO, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 @pytest.fixture(scope="module")
@@ -279,3 +282,27 @@ def test_a_baseline_of_another_capability_class_is_a_one_line_failure(workspace)
     assert (f"{path}: platform/capability: measured with the '{theirs}' class's kernels, but this run uses the "
             f"'{ours}' class, so its numbers are of other kernels and are not compared") in r.stdout
     assert "Traceback" not in r.stdout and "def run_gate" not in r.stdout
+
+
+def test_two_updates_at_once_both_keep_what_they_measured(measured, tmp_path):
+    """Each update re-reads the file under its lock before it merges: neither loses the other's combination."""
+    matrix, _, _ = measured
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    runs = [subprocess.Popen(gate_command(matrix, tmp_path, "-k", name, "--update-baselines"), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
+            for name in ("tiny+draft", "tiny+lookup")]
+    outputs = [r.communicate(timeout=600)[0] for r in runs]
+    assert [r.returncode for r in runs] == [0, 0], outputs
+    doc = json.loads(next((tmp_path / "baselines").glob("*.json")).read_text())
+    assert {cid.split(":")[0] for cid in doc["combinations"]} == {"tiny+draft", "tiny+lookup"}
+
+
+def test_a_report_folder_that_cannot_be_written_keeps_the_baseline(measured, tmp_path):
+    matrix, _, _ = measured
+    blocked = tmp_path / "reports"
+    blocked.write_text("a file where the report folder goes")
+    r = gate(matrix, tmp_path, "-k", "tiny+draft", "--update-baselines")
+    assert r.returncode == 1 and "Traceback" not in r.stdout + r.stderr, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "error: " in r.stdout and str(blocked) in r.stdout, r.stdout[-3000:]
+    doc = json.loads(next((tmp_path / "baselines").glob("*.json")).read_text())
+    assert CID in doc["combinations"]  # written before the report failed

@@ -6,6 +6,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -150,6 +153,39 @@ def test_a_truncated_checkpoint_is_a_clear_error(tmp_path):
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(QuantSettingsError, match="not a readable quantized checkpoint .* delete it and quantize again"):
         quant.load(tiny_model("llama", seed=0), path)
+
+
+def test_a_checkpoint_that_does_not_fit_leaves_the_model_untouched(tmp_path):
+    """Checked whole first: a mismatch found late (a vector of another shape) must not leave the
+    model half quantized, since the cache then quantizes it again from its float weights."""
+    model, record = quant.quantize(tiny_model("llama", seed=0), "w8af32", progress=False)
+    path = tmp_path / "q.pt"
+    quant.save(model, record, path)
+    saved = torch.load(path, weights_only=True)
+    last = list(saved["vectors"])[-1]
+    saved["vectors"][last] = torch.zeros(saved["vectors"][last].shape[0] + 1)
+    torch.save(saved, path)
+    fresh = tiny_model("llama", seed=0)
+    before = {name: type(m) for name, m in fresh.named_modules()}
+    with pytest.raises(QuantSettingsError, match=f"parameter {last!r} is not in this model or has another shape"):
+        quant.load(fresh, path)
+    assert {name: type(m) for name, m in fresh.named_modules()} == before
+
+
+def test_a_killed_save_leaves_a_file_the_next_run_removes(tmp_path):
+    from harness.core import locks
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = tmp_path / f"{quant.PARTIAL_PREFIX}{dead.pid}-model-w8af32-0123.pt"
+    live = tmp_path / f"{quant.PARTIAL_PREFIX}{os.getpid()}-model-w8af32-4567.pt"
+    left.write_bytes(b"half a checkpoint")
+    live.write_bytes(b"a save in progress")
+    assert locks.sweep(tmp_path, quant.PARTIAL_PREFIX) == [left]
+    assert live.exists() and not left.exists()
+    model, record = quant.quantize(tiny_model("llama", seed=0), "w8af32", progress=False)
+    quant.save(model, record, tmp_path / "q.pt")  # its own partial file is renamed into place
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["q.pt", live.name])
 
 
 @pytest.mark.parametrize("method, settings, message", [

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.core import locks
 from harness.core.errors import HarnessError
 from harness.core.models import cache_root
 from harness.perf.ab.revision import Tree
@@ -33,6 +35,15 @@ class ArmError(HarnessError):
     """A worker that failed, hung or spoke another protocol."""
 
 
+LOG_PREFIX = "ab-arm-"  # + owner pid: the logs of a killed gate are swept by the next (harness/core/locks.py)
+
+
+def _dies_with_us() -> list[str]:
+    """A command prefix that makes the worker die with the controller (SIGTERM or SIGKILL of pytest
+    included, which runs no clean-up); nothing where util-linux's setpriv is missing."""
+    return ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+
+
 class Arm:
     """One worker process: start, request, restart, close."""
 
@@ -40,7 +51,10 @@ class Arm:
         self.name, self.tree, self.timeout_s = name, tree, timeout_s
         self.env = dict(env or {})  # set for the worker on top of ours (duet: one thread per pool)
         self.process: subprocess.Popen | None = None
-        self.log_path = Path(tempfile.mkstemp(prefix=f"ab-{name}-", suffix=".log")[1])
+        locks.sweep(Path(tempfile.gettempdir()), LOG_PREFIX)
+        self.log_path = Path(tempfile.mkstemp(prefix=locks.owned_name(LOG_PREFIX) + f"{name}-", suffix=".log")[1])
+        self.failed = False  # an ArmError was raised: its message names the log, which is then kept
+        self._buffer = b""  # what the worker wrote after the last full line
         self.starts = 0
 
     @property
@@ -50,19 +64,24 @@ class Arm:
     def start(self) -> None:
         env = {**os.environ, **self.env, "PYTHONPATH": str(self.tree.path), "HARNESS_CACHE_DIR": str(cache_root())}
         with open(self.log_path, "a", encoding="utf-8") as err:
-            self.process = subprocess.Popen([sys.executable, "-m", self.tree.worker], cwd=self.tree.path, env=env,
-                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
-                                            start_new_session=True)
+            self.process = subprocess.Popen([*_dies_with_us(), sys.executable, "-m", self.tree.worker],
+                                            cwd=self.tree.path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=err, text=True, start_new_session=True)
+        self._buffer = b""
         self.starts += 1
         hello = self.request({"op": "hello"}, timeout_s=300)
         if hello.get("protocol") != PROTOCOL:
             self.close()
-            raise ArmError(f"{self.label}: its worker speaks protocol {hello.get('protocol')}, this gate {PROTOCOL}; "
-                           "compare against a revision of the same protocol")
-        if Path(hello["harness"]).resolve() != (self.tree.path / "harness").resolve():
+            raise self._error(f"{self.label}: its worker speaks protocol {hello.get('protocol')}, this gate {PROTOCOL}; "
+                              "compare against a revision of the same protocol")
+        if Path(str(hello.get("harness"))).resolve() != (self.tree.path / "harness").resolve():
             self.close()
-            raise ArmError(f"{self.label}: the worker imported {hello['harness']}, not its tree's harness; is "
-                           f"PYTHONPATH overridden? (log: {self.log_path})")
+            raise self._error(f"{self.label}: the worker imported {hello.get('harness')}, not its tree's harness; is "
+                              f"PYTHONPATH overridden? (log: {self.log_path})")
+
+    def _error(self, message: str) -> ArmError:
+        self.failed = True
+        return ArmError(message)
 
     def request(self, message: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
         """Send one request, wait for its answer (at most timeout_s), raise ArmError on failure."""
@@ -73,12 +92,12 @@ class Arm:
         """Send one request without waiting (side-by-side rounds send to both arms, then receive)."""
         p = self.process
         if p is None or p.poll() is not None:
-            raise ArmError(f"{self.label}: the worker is not running ({self._exit()}; log: {self.log_path})")
+            raise self._error(f"{self.label}: the worker is not running ({self._exit()}; log: {self.log_path})")
         try:
             p.stdin.write(json.dumps(message) + "\n")
             p.stdin.flush()
         except BrokenPipeError:
-            raise ArmError(f"{self.label}: the worker died ({self._exit()}; log: {self.log_path})") from None
+            raise self._error(f"{self.label}: the worker died ({self._exit()}; log: {self.log_path})") from None
 
     def receive(self, op: str, *, timeout_s: float | None = None) -> dict[str, Any]:
         """The answer to the request `op` sent last; ArmError when it failed or did not come."""
@@ -86,25 +105,40 @@ class Arm:
         try:
             answer = json.loads(line)
         except json.JSONDecodeError:
-            raise ArmError(f"{self.label}: answered {op} with a line that is not JSON: {line[:120]!r} "
-                           f"(log: {self.log_path})") from None
+            self.close(ask=False)
+            raise self._error(f"{self.label}: answered {op} with a line that is not JSON: {line[:120]!r} "
+                              f"(log: {self.log_path})") from None
         if not isinstance(answer, dict) or not answer.get("ok"):
             error = answer.get("error") if isinstance(answer, dict) else answer
-            raise ArmError(f"{self.label}: {op} failed: {error} (log: {self.log_path})")
+            raise self._error(f"{self.label}: {op} failed: {error} (log: {self.log_path})")
         return answer
 
     def _read_line(self, timeout_s: float, op: str) -> str:
+        """One line from the worker within the deadline, read from its pipe without ever blocking past
+        it: a worker that wrote half a line and stopped is an error, not a hang."""
         p = self.process
-        ready, _, _ = select.select([p.stdout], [], [], timeout_s)
-        if not ready:
-            self.close()
-            raise ArmError(f"{self.label}: no answer to {op} in {timeout_s:.0f} s; the worker was killed "
-                           f"(log: {self.log_path})")
-        line = p.stdout.readline()
-        if not line:
-            p.wait(timeout=10)
-            raise ArmError(f"{self.label}: the worker died during {op} ({self._exit()}; log: {self.log_path})")
-        return line
+        fd = p.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            ready = select.select([fd], [], [], max(0.0, left))[0] if left > 0 else []
+            if not ready:
+                partial, self._buffer = self._buffer, b""
+                self.close(ask=False)
+                what = (f"wrote part of a line ({partial[:120].decode('utf-8', 'replace')!r}) and then nothing" if partial
+                        else "gave no answer")
+                raise self._error(f"{self.label}: {what} to {op} in {timeout_s:.0f} s; the worker was killed "
+                                  f"(log: {self.log_path})")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                partial, self._buffer = self._buffer, b""
+                p.wait(timeout=10)
+                during = f" after part of a line ({partial[:120].decode('utf-8', 'replace')!r})" if partial else ""
+                raise self._error(f"{self.label}: the worker died during {op}{during} ({self._exit()}; "
+                                  f"log: {self.log_path})")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode("utf-8", "replace")
 
     def _exit(self) -> str:
         code = self.process.poll() if self.process else None
@@ -114,12 +148,13 @@ class Arm:
             return f"killed by {signal.Signals(-code).name}" + (" (out of memory?)" if -code == signal.SIGKILL else "")
         return f"exit status {code}"
 
-    def close(self) -> None:
-        """Ask the worker to quit; kill its process group if it does not within seconds."""
+    def close(self, *, ask: bool = True) -> None:
+        """Ask the worker to quit; kill its process group if it does not within seconds (at once
+        with ask=False: a worker that broke the protocol is not asked)."""
         p, self.process = self.process, None
         if p is None:
             return
-        if p.poll() is None:
+        if ask and p.poll() is None:
             try:
                 p.stdin.write(json.dumps({"op": "quit"}) + "\n")
                 p.stdin.flush()
@@ -137,6 +172,11 @@ class Arm:
                 stream.close()
             except OSError:
                 pass
+
+    def discard_log(self) -> None:
+        """At the end of a gate: the worker's log goes unless an error pointed the user to it."""
+        if not self.failed:
+            self.log_path.unlink(missing_ok=True)
 
     def restart(self) -> None:
         self.close()

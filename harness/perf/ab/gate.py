@@ -138,6 +138,8 @@ class ABGate:
     def close(self) -> None:
         for arm in self.arms.values():
             arm.close()
+            if hasattr(arm, "discard_log"):  # a live worker's log (a replayed arm has none)
+                arm.discard_log()
 
     def round(self, index: int) -> None:
         """One paired round; measured again (up to MAX_REDOS_PER_ROUND) while the guard sees a disturbance."""

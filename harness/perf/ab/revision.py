@@ -51,14 +51,22 @@ def _git(repo: Path, *args: str, timeout: float = 120) -> subprocess.CompletedPr
                             f"(a lock held by another git process in {repo}?)") from None
 
 
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "no message")
+def _git_error(stderr: str) -> str:
+    """git's own reason: its fatal:/error: line, else its last line ("Preparing worktree" comes first)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[-1] if lines else "no message")
+
+
+def gate_lock(repo: Path) -> Path:
+    """The lock that one A/B gate of a repository holds while it checks out and measures: a second
+    gate on the same machine would share its cores and measure both arms of both gates wrong."""
+    return cache_root() / "locks" / f"ab-gate-{hashlib.sha256(str(repo.resolve()).encode()).hexdigest()[:12]}.lock"
 
 
 def repository_root(start: Path) -> Path:
     r = _git(start, "rev-parse", "--show-toplevel")
     if r.returncode != 0:
-        raise RevisionError(f"{OPTION}: {start} is not inside a git repository ({_first_line(r.stderr)})")
+        raise RevisionError(f"{OPTION}: {start} is not inside a git repository ({_git_error(r.stderr)})")
     return Path(r.stdout.strip())
 
 
@@ -108,7 +116,7 @@ def checkout(repo: Path, rev: str, root: Path | None = None, label: str | None =
         raise RevisionError(f"{OPTION} {rev}: git keeps a locked worktree registered at {path} (`git worktree "
                             f"lock`); unlock it with `git worktree unlock {path}`, then run again")
     if r.returncode != 0:
-        raise RevisionError(f"{OPTION} {rev}: could not check out {sha[:12]} at {path}: {_first_line(r.stderr)}")
+        raise RevisionError(f"{OPTION} {rev}: could not check out {sha[:12]} at {path}: {_git_error(r.stderr)}")
     log.info("base %s (%s) checked out at %s", rev, sha[:12], path)
     return Tree(path, sha, label or rev, worker)
 

@@ -92,7 +92,10 @@ def main() -> int:
     import transformers
 
     transformers.logging.set_verbosity_error()
-    return serve()
+    # The answers get a descriptor of their own; fd 1 (print, a library's stray output) joins the log.
+    answers = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    return serve(stdout=answers)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ explicit function per version step (`MIGRATIONS`); a version without one is an e
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any
 
 from harness.core import capability, hostspeed, jsonio, platform
 from harness.core.errors import HarnessError
+from harness.core.models import cache_root
 from harness.core.registry import PACKAGE_DIR
 
 SCHEMA_VERSION = 3
@@ -147,6 +149,12 @@ def merged(old: dict[str, Any] | None, hardware: Mapping[str, Any], software: Ma
     combos = {**copy.deepcopy((old or {}).get("combinations", {})), **copy.deepcopy(dict(records))}
     return {"schema_version": SCHEMA_VERSION, "platform": dict(hardware), "software": dict(software),
             "combinations": dict(sorted(combos.items()))}
+
+
+def lock_for(path: Path) -> Path:
+    """The lock that an update holds while it re-reads, merges and writes `path` (kept in the cache,
+    not beside the baselines: nothing stray in the repository)."""
+    return cache_root() / "locks" / f"baselines-{hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:12]}.lock"
 
 
 def write(path: Path, doc: dict[str, Any]) -> None:

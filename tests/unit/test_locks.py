@@ -1,0 +1,65 @@
+"""Locks across processes (harness/core/locks.py), and paths that are not regular files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.core import jsonio, locks
+from harness.perf.stored import baselines
+
+HOLD = ("import sys, time; from harness.core import locks\n"
+        "with locks.held(sys.argv[1], what='test'):\n    print('held', flush=True); time.sleep(float(sys.argv[2]))\n")
+
+
+def test_a_second_process_waits_names_the_holder_and_then_runs(tmp_path):
+    path = tmp_path / "gate.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path), "1.5"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    heard = []
+    start = time.monotonic()
+    with locks.held(path, what="A/B gate", on_wait=heard.append):
+        waited = time.monotonic() - start
+        assert path.read_text().strip() == str(os.getpid())  # the holder's id, for the next one to name
+    holder.wait()
+    assert heard == [f"A/B gate: waiting for process {holder.pid}, which holds {path}"]
+    assert waited > 0.5  # it did wait for the first to finish
+
+
+def test_a_lock_of_a_killed_process_is_free(tmp_path):
+    path = tmp_path / "x.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path), "60"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    heard = []
+    with locks.held(path, what="test", on_wait=heard.append):
+        pass
+    assert heard == []
+
+
+def test_a_fifo_at_a_baseline_path_is_an_error_not_a_hang(tmp_path):
+    fifo = tmp_path / "cpu-x.json"
+    os.mkfifo(fifo)
+    with pytest.raises(baselines.BaselineError, match="not a regular file"):
+        baselines.load(fifo)
+    folder = tmp_path / "results.json"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError, match="results.json: a folder; move it away"):
+        jsonio.atomic_write_text(folder, "{}")
+
+
+def test_sweep_removes_a_dead_owner_s_leftovers_only_under_its_exact_prefix(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    mine = tmp_path / f".tmp-qwen@{dead.pid}-abc"             # a killed fetch of 'qwen'
+    other_model = tmp_path / f".tmp-qwen-coder@{dead.pid}-def"  # another model's: not this sweep's
+    live = tmp_path / f".tmp-qwen@{os.getpid()}-ghi"             # a fetch still running
+    for path in (mine, other_model, live):
+        path.mkdir()
+    assert locks.sweep(tmp_path, ".tmp-qwen@") == [mine]
+    assert other_model.exists() and live.exists()
