@@ -46,8 +46,20 @@ def ab(tiny, *args: str, tolerance: str = "0.5", against: str | None = "HEAD") -
 
 
 def workers_left() -> list[str]:
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in ps.splitlines() if re.search(r"harness\.perf\.(ab\.)?worker", line)]
+    """Workers of this module's gates (their cache is a tmp folder of this test run; a gate-power run
+    beside the tests has workers of its own)."""
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    left = []
+    for line in ps.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if re.search(r"harness\.perf\.(ab\.)?worker", args):
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(e.startswith(b"HARNESS_CACHE_DIR=") and b"pytest-" in e for e in env):
+                left.append(args)
+    return left
 
 
 def planted(results: Path, out: Path, fraction: float, metrics: tuple[str, ...], spread: float = 0.01) -> Path:

@@ -88,6 +88,43 @@ def test_wrong_answers_that_fool_a_check_in_their_own_process(program, test):
     namespace["check"](namespace[sandbox_cases.ENTRY])  # no AssertionError: fooled
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_program_reaches_no_descriptor_of_the_verdict(backend):
+    """A pass token written to every descriptor the program might hold, then exit 0: it holds none
+    of the judge's (its process keeps only its own two pipe ends, and what it writes on its own is
+    read as a message that is not one), so the run fails."""
+    forge = ("import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'PASS ' + b'a' * 64 + b'\\n')\n"
+             "    except OSError:\n        pass\nos._exit(0)\n")
+    r = sandbox.check_program(sandbox_cases.WRONG + forge, sandbox_cases.TEST, "f", backend=backend, allow=True)
+    assert r.status == sandbox.FAILED, r.result
+
+
+def test_output_is_capped():
+    r = sandbox.check_program("print('x' * 100000)\n" + sandbox_cases.GOOD, sandbox_cases.TEST, "f", allow=True,
+                              limits=sandbox.Limits(output_bytes=1000))
+    assert r.passed and len(r.stdout) == 1000 and r.output_truncated
+
+
+def test_canonical_solutions_pass_and_wrong_ones_fail(tmp_path):
+    """All 164 canonical solutions pass; each with its body replaced by `return None`, or by the body of
+    another task, fails (through the CLI path: humaneval.evaluate, parallel workers)."""
+    probs = humaneval.problems()
+    ids = list(probs)
+    rows = [{"task_id": t, "completion": probs[t]["canonical_solution"], "kind": "canonical"} for t in ids]
+    rows += [{"task_id": t, "completion": "    return None\n", "kind": "none"} for t in ids]
+    rows += [{"task_id": t, "completion": probs[ids[(i + 1) % len(ids)]]["canonical_solution"], "kind": "other"}
+             for i, t in enumerate(ids)]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(humaneval.json.dumps(r) + "\n" for r in rows))
+    summary = humaneval.evaluate(samples, workers=2, allow=True)
+    canonical = [r for r in summary.rows if r["kind"] == "canonical"]
+    assert [r["task_id"] for r in canonical if not r["passed"]] == []
+    assert [r["task_id"] for r in summary.rows if r["kind"] == "none" and r["passed"]] == []
+    # a neighbour's solution can be right by accident only where it is the same function
+    wrong_passes = [r["task_id"] for r in summary.rows if r["kind"] == "other" and r["passed"]]
+    assert len(wrong_passes) <= 2, wrong_passes
+
+
 def test_a_killed_harness_leaves_no_sandboxed_process():
     """SIGKILL of the process that started a run (no cleanup of its own runs): the run dies with it."""
     script = ("import sys; from harness.sandbox import execute as s; print('started', flush=True); "
