@@ -96,14 +96,14 @@ def main(argv=None) -> int:
         print(f"round {i + 1}/{args.rounds}: " + ", ".join(f"{lab} {per_round[lab][-1]:.1f} ms"
                                                           for lab, _, _ in arms), file=sys.stderr, flush=True)
     ref = arms[0][0]
-    print(f"{'arm':12} {'median ms/program':>18} {'ratio to ' + ref:>16} {'95% interval':>18}")
+    print(f"{'arm':24} {'median ms/program':>18} {'ratio to ' + ref:>16} {'95% interval':>18}")
     for label, _, backend in arms:
         logs = [math.log(a / b) for a, b in zip(per_round[label], per_round[ref])]
         mean = statistics.fmean(logs)
-        half = (_t_quantile(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-                if label != ref else 0.0)
-        print(f"{label + ' (' + backend + ')':12} {statistics.median(per_round[label]):18.1f} {math.exp(mean):16.3f} "
-              f"{'[' + format(math.exp(mean - half), '.3f') + ', ' + format(math.exp(mean + half), '.3f') + ']':>18}")
+        half = _t_quantile(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+        interval = f"[{math.exp(mean - half):.3f}, {math.exp(mean + half):.3f}]" if label != ref else "(reference)"
+        print(f"{label + ' (' + backend + ')':24} {statistics.median(per_round[label]):18.1f} {math.exp(mean):16.3f} "
+              f"{interval:>18}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"arms": args.arms, "programs": args.programs, "ms_per_program": per_round},
