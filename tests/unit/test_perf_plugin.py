@@ -230,6 +230,7 @@ def test_bad_baseline_file_is_a_clear_failure_and_left_unchanged(workspace):
     (["--update-baselines", "--perf-plant-slowdown", "0.1"], "cannot be combined with --update-baselines"),
 ])
 def test_bad_options_name_the_flag(measured, tmp_path, args, message):
+    (tmp_path / "baselines").mkdir()  # an existing folder: each case meets only its own flag's check
     r = gate(measured[0], tmp_path, *args)
     assert r.returncode == 4
     assert message in r.stderr
