@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import shutil
@@ -40,6 +41,18 @@ def held(path: Path, *, what: str, on_wait: Callable[[str], None] | None = None)
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def dies_with_parent() -> list[str]:
+    """A command prefix that makes the started program die with the process that starts it, even when
+    that one is killed and runs no clean-up (util-linux's setpriv; nothing where it is missing)."""
+    return ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+
+
+def path_key(path: Path) -> str:
+    """A short name for a file or folder, the same from any working directory (lock names per repository
+    or per baseline file)."""
+    return hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:12]
 
 
 def owned_name(prefix: str) -> str:

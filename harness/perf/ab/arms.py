@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -38,12 +37,6 @@ class ArmError(HarnessError):
 LOG_PREFIX = "ab-arm-"  # + owner pid: the logs of a killed gate are swept by the next (harness/core/locks.py)
 
 
-def _dies_with_us() -> list[str]:
-    """A command prefix that makes the worker die with the controller (SIGTERM or SIGKILL of pytest
-    included, which runs no clean-up); nothing where util-linux's setpriv is missing."""
-    return ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
-
-
 class Arm:
     """One worker process: start, request, restart, close."""
 
@@ -64,7 +57,7 @@ class Arm:
     def start(self) -> None:
         env = {**os.environ, **self.env, "PYTHONPATH": str(self.tree.path), "HARNESS_CACHE_DIR": str(cache_root())}
         with open(self.log_path, "a", encoding="utf-8") as err:
-            self.process = subprocess.Popen([*_dies_with_us(), sys.executable, "-m", self.tree.worker],
+            self.process = subprocess.Popen([*locks.dies_with_parent(), sys.executable, "-m", self.tree.worker],
                                             cwd=self.tree.path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                             stderr=err, text=True, start_new_session=True)
         self._buffer = b""

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.errors import HarnessError
-from harness.core.models import cache_root
+from harness.core import locks
+from harness.core.models import cache_root, lock_file
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def _git_error(stderr: str) -> str:
 def gate_lock(repo: Path) -> Path:
     """The lock that one A/B gate of a repository holds while it checks out and measures: a second
     gate on the same machine would share its cores and measure both arms of both gates wrong."""
-    return cache_root() / "locks" / f"ab-gate-{hashlib.sha256(str(repo.resolve()).encode()).hexdigest()[:12]}.lock"
+    return lock_file(f"ab-gate-{locks.path_key(repo)}")
 
 
 def repository_root(start: Path) -> Path:

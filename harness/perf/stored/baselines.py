@@ -12,16 +12,15 @@ explicit function per version step (`MIGRATIONS`); a version without one is an e
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core import capability, hostspeed, jsonio, platform
+from harness.core import capability, hostspeed, jsonio, locks, platform
 from harness.core.errors import HarnessError
-from harness.core.models import cache_root
+from harness.core.models import lock_file
 from harness.core.registry import PACKAGE_DIR
 
 SCHEMA_VERSION = 3
@@ -154,7 +153,7 @@ def merged(old: dict[str, Any] | None, hardware: Mapping[str, Any], software: Ma
 def lock_for(path: Path) -> Path:
     """The lock that an update holds while it re-reads, merges and writes `path` (kept in the cache,
     not beside the baselines: nothing stray in the repository)."""
-    return cache_root() / "locks" / f"baselines-{hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:12]}.lock"
+    return lock_file(f"baselines-{locks.path_key(path)}")
 
 
 def write(path: Path, doc: dict[str, Any]) -> None:
