@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from harness.cli import bench, doctor, humaneval, models, reference, sandbox
-from harness.core import registry
+from harness.core import registry, termination
 from harness.core.errors import HarnessError
 
 
@@ -41,21 +41,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-        matrix = registry.load_matrix(args.matrix)
-        if args.command == "bench":
-            return bench.run(matrix, args)
-        if args.command == "doctor":
-            return doctor.run(matrix, args)
-        if args.command == "humaneval":
-            return humaneval.run(matrix, args)
-        if args.command == "sandbox":
-            return sandbox.run(args)
-        if args.command == "reference":
-            return reference.run(args)
-        return models.run(matrix, args)
+        with termination.sigterm_as_interrupt():  # SIGTERM cleans up on the way out, as Ctrl-C does
+            return _dispatch(args)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -63,6 +50,27 @@ def main(argv: list[str] | None = None) -> int:
         where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
         print(f"error: {where + ': ' if where else ''}{exc.strerror or exc}", file=sys.stderr)
         return 2
+    except termination.Terminated:
+        print("terminated", file=sys.stderr)
+        return termination.EXIT_STATUS
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    matrix = registry.load_matrix(args.matrix)
+    if args.command == "bench":
+        return bench.run(matrix, args)
+    if args.command == "doctor":
+        return doctor.run(matrix, args)
+    if args.command == "humaneval":
+        return humaneval.run(matrix, args)
+    if args.command == "sandbox":
+        return sandbox.run(args)
+    if args.command == "reference":
+        return reference.run(args)
+    return models.run(matrix, args)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from harness.core import hostspeed, locks, platform, registry
+from harness.core import hostspeed, locks, platform, registry, termination
 from harness.core.errors import HarnessError, did_you_mean
 from harness.perf import replay
 from harness.perf.ab import duet, loadguard
@@ -25,6 +25,7 @@ from harness.perf.stored import baselines, host, placement
 log = logging.getLogger(__name__)
 
 _STATE = pytest.StashKey[PerfSession]()
+_UNDO_SIGTERM = pytest.StashKey[Any]()
 _SKIPPED: set[str] = set()  # perf tests reported skipped in this process
 
 
@@ -126,6 +127,9 @@ def _check_options(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # SIGTERM (a CI job cancelled) ends the session as Ctrl-C does: fixtures torn down, A/B workers and
+    # sandboxed runs closed, their folders and logs removed (harness/core/termination.py)
+    config.stash[_UNDO_SIGTERM] = termination.install()
     _check_options(config)
     try:
         matrix = registry.load_matrix(config.getoption("perf_matrix"))
@@ -170,6 +174,10 @@ def pytest_configure(config: pytest.Config) -> None:
             prefix = f"--perf-against {config.getoption('perf_against')}: "
             raise pytest.UsageError(message if message.startswith("--perf-against") else prefix + message) from None
     config.stash[_STATE] = session
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    config.stash.get(_UNDO_SIGTERM, lambda: None)()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

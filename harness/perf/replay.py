@@ -100,7 +100,7 @@ class RecordedArm:
     def restart(self) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, *, ask: bool = True) -> None:
         pass
 
     def send(self, message: dict[str, Any]) -> None:

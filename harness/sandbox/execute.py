@@ -440,6 +440,7 @@ def _run_child(prefix: list[str], job: bytes, root: Path, work: Path, limits: Li
     cgroup = _PidsCgroup(limits.processes)
     cmd = cgroup.wrap([*prefix, _interpreter(), "-I", "-S", "-B", child, str(job_r), str(res_w), *jail])
     start = time.perf_counter()
+    proc = None
     try:
         proc = _start_child(cmd, root, work, inside, pass_fds=(job_r, res_w))
         os.close(job_r)
@@ -453,6 +454,9 @@ def _run_child(prefix: list[str], job: bytes, root: Path, work: Path, limits: Li
         stdout, cut_out = _read_capped(root / "stdout", limits.output_bytes)
         stderr, cut_err = _read_capped(root / "stderr", limits.output_bytes)
     finally:
+        if proc is not None and proc.returncode is None:  # interrupted (Ctrl-C, SIGTERM) while it ran
+            _kill_group(proc.pid)
+            proc.wait()
         cgroup.kill_all()
         for fd in (job_r, job_w, res_w):
             if fd >= 0:

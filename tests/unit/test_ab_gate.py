@@ -10,13 +10,17 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
+from harness.perf.ab.arms import LOG_PREFIX
 from tiny_models import write_local_matrix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,6 +138,35 @@ def test_two_gates_at_once_on_one_repository_both_complete_one_after_the_other(t
     i, out = waited[0]
     assert f"waiting for process {gates[1 - i].pid}," in out
     assert not workers_left()
+
+
+def test_sigterm_ends_a_live_gate_with_its_workers_and_their_logs(tiny, tmp_path):
+    """A cancelled CI job (SIGTERM to pytest) ends the gate as Ctrl-C would: the workers are killed
+    mid-round, not waited for, and their logs are removed, not left for the next gate's sweep."""
+    matrix, root = tiny
+    cmd = [sys.executable, "-m", "pytest", str(GATE), "-p", "no:cacheprovider", "-q", "-k", "tiny+draft",
+           "--perf-matrix", str(matrix), "--perf-report-dir", str(tmp_path), "--perf-against", "HEAD",
+           "--perf-tolerance", "0.01", "--perf-repeats", "32", "--perf-max-repeats", "32"]
+    gate = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
+    try:
+        deadline = time.monotonic() + 300
+        while len(workers_left()) < 2 and gate.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(workers_left()) == 2, "the gate never started its two workers"
+        time.sleep(2.0)  # into the rounds
+        gate.send_signal(signal.SIGTERM)
+        out, _ = gate.communicate(timeout=60)
+    finally:
+        if gate.poll() is None:
+            gate.kill()
+            gate.wait()
+    assert gate.returncode == 2 and "Terminated: terminated by SIGTERM" in out, out[-3000:]
+    deadline = time.monotonic() + 10
+    while workers_left() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not workers_left()
+    assert not list(Path(tempfile.gettempdir()).glob(f"{LOG_PREFIX}{gate.pid}-*")), "worker logs were left behind"
 
 
 def test_a_slowdown_in_the_recorded_candidate_is_a_regression(tiny, tmp_path):

@@ -135,9 +135,9 @@ class ABGate:
         self._load_all()
         self.restarts += 1
 
-    def close(self) -> None:
+    def close(self, *, ask: bool = True) -> None:
         for arm in self.arms.values():
-            arm.close()
+            arm.close(ask=ask)
             if hasattr(arm, "discard_log"):  # a live worker's log (a replayed arm has none)
                 arm.discard_log()
 
@@ -204,8 +204,10 @@ class ABGate:
                 if index >= self.cap:  # a recording that ends before its gate decided: its cap
                     decisions = self.decisions(at_cap=True)
                     break
-        finally:
-            self.close()
+        except BaseException:  # an error or an interrupt: a worker mid-request is killed, not asked to quit
+            self.close(ask=False)
+            raise
+        self.close()
         a, b = self.arms["base"].tree, self.arms["candidate"].tree
         return ABResult(self.combo.id, f"{a.label} {a.commit[:12]}", f"{b.label} {b.commit[:12]}", decisions,
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,

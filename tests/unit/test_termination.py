@@ -1,0 +1,126 @@
+"""SIGTERM (a cancelled CI job, a `kill`) ends a run the way Ctrl-C does, with its clean-up: the CLI
+stops a sandboxed run and removes its folder at once, and a pytest session (the plugin installs the
+handler) closes an A/B worker that is busy with a request and removes its log. Without the handler
+both die at once and leave their folders and logs to the next run's sweep, which these tests catch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from harness.core import termination
+from harness.sandbox import cases as sandbox_cases
+from harness.sandbox import execute as sandbox
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _wait_for(predicate, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _run_folders(pid: int) -> list[Path]:
+    return list(Path(tempfile.gettempdir()).glob(f"{sandbox.RUN_PREFIX}{pid}-*"))
+
+
+def test_sigterm_of_the_cli_kills_the_sandboxed_run_and_removes_its_folder():
+    cli = subprocess.Popen([sys.executable, "-m", "harness", "sandbox", "selftest", "--allow-code-execution",
+                            "--skip-canonical"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for(lambda: _run_folders(cli.pid) and sandbox_cases._leftovers()), "no sandboxed run started"
+        cli.send_signal(signal.SIGTERM)
+        _, err = cli.communicate(timeout=30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == termination.EXIT_STATUS, err
+    assert err.strip().splitlines()[-1] == "terminated", err  # one line, no traceback
+    left = sandbox_cases._leftovers()
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "a sandboxed process outlived the terminated CLI"
+    assert not _run_folders(cli.pid), "the terminated CLI left its run folder for the next sweep"
+
+
+def test_sigterm_of_pytest_closes_a_busy_worker_and_removes_its_log(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "harness").mkdir(parents=True)
+    # a worker that answers hello and then spends two minutes on its next request (a model load)
+    (tree / "slowworker.py").write_text(textwrap.dedent("""\
+        import json, os, sys, time
+        sys.stdin.readline()
+        print(json.dumps({'ok': True, 'protocol': PROTOCOL, 'harness': os.path.join(os.getcwd(), 'harness')}), flush=True)
+        sys.stdin.readline()
+        time.sleep(120)
+        """).replace("PROTOCOL", "__import__('harness.perf.ab.worker', fromlist=['x']).PROTOCOL"))
+    state = tmp_path / "state"
+    (tmp_path / "test_busy.py").write_text(textwrap.dedent(f"""\
+        from pathlib import Path
+        from harness.perf.ab import revision
+        from harness.perf.ab.arms import Arm
+
+        def test_busy():
+            arm = Arm("base", revision.Tree(Path({str(tree)!r}), "0" * 40, "slow", worker="slowworker"))
+            try:
+                arm.start()
+                Path({str(state)!r}).write_text(f"{{arm.process.pid}} {{arm.log_path}}")
+                arm.request({{"op": "load"}}, timeout_s=300)
+            finally:
+                arm.close(ask=False)
+                arm.discard_log()
+        """))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    session = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert _wait_for(lambda: state.exists() and state.read_text()), "the worker never started"
+        worker, log_path = state.read_text().split()
+        start = time.monotonic()
+        session.send_signal(signal.SIGTERM)
+        out, _ = session.communicate(timeout=60)
+        took = time.monotonic() - start
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait()
+    assert session.returncode == 2, out  # pytest's "interrupted"
+    assert "Terminated: terminated by SIGTERM" in out, out
+    assert took < 30, f"the session took {took:.0f} s to end"
+    assert _wait_for(lambda: not Path(f"/proc/{worker}").exists(), 10), "the busy worker outlived the session"
+    assert not Path(log_path).exists(), "the worker's log was left for the next sweep"
+
+
+def test_a_second_sigterm_kills_outright_and_a_handler_of_the_caller_is_kept():
+    script = ("import signal, time; from harness.core import termination\n"
+              "with termination.sigterm_as_interrupt():\n"
+              "    try:\n"
+              "        time.sleep(60)\n"
+              "    finally:\n"
+              "        print('cleaning', flush=True)\n"
+              "        time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.stdout.readline().strip() == "cleaning"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == -signal.SIGTERM
+    # where the caller already handles SIGTERM, its handler stays in charge
+    mine = lambda signum, frame: None  # noqa: E731
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        with termination.sigterm_as_interrupt():
+            assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)
