@@ -93,19 +93,23 @@ unit: setup
 # The test suite CI runs: unit tests (tiny random models), the real-model smoke tests, the accuracy
 # suite's CI part (greedy equivalence on SmolLM2, HumanEval pass@1 of the default pair on a fixed
 # subset, in the sandbox), and the merge gate: the A/B perf gate of this tree against the reference
-# commit (baselines/reference.json) on the fast combinations and the default pair, greedy.
+# commit (baselines/reference.json) on the default pair, greedy.
 test: setup
 	$(PY) -m pytest tests/unit tests/integration
 	$(MAKE) accuracy
 	$(MAKE) perf-ab
 
-# The A/B gate: the working tree against a revision (default: the reference commit) in one job, the
-# arms side by side on their own cores where 2 are allowed (--perf-duet auto), on the fast combinations
-# and the default pair (greedy). E.g. make perf-ab AGAINST=HEAD~1
+# The merge gate (in make test): the working tree against a revision (default: the reference commit)
+# in one job, the arms side by side on their own cores where 2 are allowed (--perf-duet auto), on the
+# default pair's greedy combinations. The SmolLM2 pairs are left out by default: in bf16 their rounds
+# spread 3-4x the default pair's on a noisy host, so they decide late or not at all (docs/perf-gate.md,
+# "Which combinations the merge gate runs"); add them with AB_PAIRS. E.g. make perf-ab AGAINST=HEAD~1
 AGAINST     ?= reference
-perf-ab: fetch
-	$(PY) -m harness models fetch smollm2-135m-instruct
-	$(PY) -m pytest tests/perf -m "perf and not slow" --perf-against $(AGAINST) --benchmark-disable $(PERF_ARGS)
+AB_PAIRS    ?= $(PAIR)
+perf-ab: setup
+	$(foreach p,$(AB_PAIRS),$(PY) -m harness models fetch --pair $(p) &&) true
+	$(PY) -m pytest tests/perf -m "perf and not slow" $(foreach p,$(AB_PAIRS),--pair $(p)) --perf-against $(AGAINST) \
+	    --benchmark-disable $(PERF_ARGS)
 
 # Accuracy (tests/accuracy): greedy equivalence with near-tie triage, lossless sampling, HumanEval
 # pass@1 of the default pair on a fixed subset in the sandbox. CI-sized: a few minutes on 2 cores.

@@ -14,6 +14,7 @@ from harness.core import descriptive, jsonio
 from harness.core.errors import ResultsError
 from harness.core.registry import PACKAGE_DIR
 from harness.perf.outcome import Outcome
+from harness.perf.stored import host
 from harness.perf.record import CombinationResult
 
 SCHEMA = PACKAGE_DIR / "schemas" / "perf-results.schema.json"
@@ -39,7 +40,7 @@ def _row(r: dict[str, Any]) -> list[str]:
         if ab["behaviour_changes"]:
             detail += f", counters differ on {len(ab['behaviour_changes'])} prompt(s)"
     elif r["verdict"] == Outcome.DEFERRED:
-        detail = f"host probe {r['host']['headline']} than the baseline's host: gate it A/B (make perf-ab)"
+        detail = f"host probe {r['host']['headline']} than the baseline's host: gate it A/B ({host.AB_COMMAND})"
     elif r["decisions"]:
         detail = ", ".join(f"{m.replace('_tokens_per_sec', '')} {(d['ratio'] - 1) * 100:+.1f}% "
                            f"(tol {d['tolerance']:.0%})" for m, d in r["decisions"].items())
