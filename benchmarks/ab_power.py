@@ -60,6 +60,9 @@ def parse_args(argv):
     p.add_argument("--condition", default=None,
                    help="what else ran on the host, a label kept in each row (default: noisy under "
                         "benchmarks/noisy_host.py, else quiet)")
+    p.add_argument("--max-rounds", type=int, default=None, metavar="N",
+                   help="the gates' cap on rounds, as --perf-max-repeats sets it (default: the registry's [perf] "
+                        "max_rounds); the resampled gates use it too")
     p.add_argument("--out", type=Path, default=Path("results/ab_power.jsonl"), help="finished gates (resumed)")
     return p.parse_args(argv)
 
@@ -168,6 +171,10 @@ def main(argv=None) -> int:
     matrix = registry.load_matrix()
     combo = combination(matrix, args.pair)
     settings = PerfSettings.from_matrix(matrix)
+    if args.max_rounds is not None:
+        if args.max_rounds < settings.rounds:
+            raise SystemExit(f"--max-rounds {args.max_rounds}: at least the first look's {settings.rounds} rounds")
+        settings = dataclasses.replace(settings, max_rounds=args.max_rounds)
     levels = [parse_level(x) for x in args.levels.split(",")]
     plan = duet.plan(args.duet)
     kept = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
