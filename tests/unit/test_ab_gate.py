@@ -22,6 +22,7 @@ import pytest
 
 from harness.perf.ab.arms import LOG_PREFIX
 from tiny_models import write_local_matrix
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 GATE = REPO / "tests" / "perf" / "test_perf_gate.py"
@@ -150,9 +151,7 @@ def test_sigterm_ends_a_live_gate_with_its_workers_and_their_logs(tiny, tmp_path
     gate = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
     try:
-        deadline = time.monotonic() + 300
-        while len(workers_left()) < 2 and gate.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: len(workers_left()) >= 2 or gate.poll() is not None, 300)
         assert len(workers_left()) == 2, "the gate never started its two workers"
         time.sleep(2.0)  # into the rounds
         gate.send_signal(signal.SIGTERM)
@@ -162,10 +161,7 @@ def test_sigterm_ends_a_live_gate_with_its_workers_and_their_logs(tiny, tmp_path
             gate.kill()
             gate.wait()
     assert gate.returncode == 2 and "Terminated: terminated by SIGTERM" in out, out[-3000:]
-    deadline = time.monotonic() + 10
-    while workers_left() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not workers_left()
+    assert wait_for(lambda: not workers_left(), 10), workers_left()
     assert not list(Path(tempfile.gettempdir()).glob(f"{LOG_PREFIX}{gate.pid}-*")), "worker logs were left behind"
 
 

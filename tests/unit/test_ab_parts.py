@@ -13,6 +13,7 @@ import pytest
 from harness.perf.ab import loadguard, revision
 from harness.perf.ab.arms import Arm, ArmError
 from harness.perf.ab.worker import PROTOCOL
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 PREDATES = "6040276"  # a commit of this repository older than the A/B gate
@@ -156,10 +157,7 @@ def test_a_worker_dies_with_a_killed_controller_and_its_log_is_swept(tmp_path):
     assert Path(f"/proc/{pid}").exists()
     controller.kill()
     controller.wait()
-    deadline = time.monotonic() + 5
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not Path(f"/proc/{pid}").exists(), "the worker outlived its controller"
+    assert wait_for(lambda: not Path(f"/proc/{pid}").exists(), 5), "the worker outlived its controller"
     assert Path(log_path).exists()
     Arm("next", fake_tree(tmp_path, ""))  # a new arm sweeps what dead controllers left
     assert not Path(log_path).exists()

@@ -16,6 +16,7 @@ import pytest
 
 from harness.perf.ab.loadguard import NOISE_ENV, LoadGuard, noise_pids, process_cpu_s
 from harness.core.errors import HarnessError
+from waiting import wait_for
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "noisy_host.py"
 QUICK = ["--duty", "0.5", "--burst-ms", "20", "--memory-mb", "4"]
@@ -34,15 +35,6 @@ def children(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").glob("*"):
         found += [int(c) for c in (task / "children").read_text().split()]
     return found
-
-
-def wait_for(check, seconds: float = 20.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
 
 
 @pytest.mark.parametrize("args, message", [

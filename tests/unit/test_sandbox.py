@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from harness.accuracy import humaneval
 from harness.sandbox import execute as sandbox
 from harness.sandbox import cases as sandbox_cases
+from waiting import wait_for
 
 BACKENDS = [b for b in sandbox.CONTAINING if sandbox._available(b)[0]]
 
@@ -133,17 +133,13 @@ def test_a_killed_harness_leaves_no_sandboxed_process():
     harness = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert harness.stdout.readline().strip() == "started"
-        deadline = time.monotonic() + 30
         # the program's loop is running once a process of the run has burnt CPU time (it has its job)
-        while not any(_cpu_seconds(pid) > 0.3 for pid in sandbox_cases._leftovers()):
-            assert time.monotonic() < deadline, "the sandboxed program never started"
-            time.sleep(0.05)
+        assert wait_for(lambda: any(_cpu_seconds(pid) > 0.3 for pid in sandbox_cases._leftovers()), 30), \
+            "the sandboxed program never started"
     finally:
         harness.send_signal(signal.SIGKILL)
         harness.wait()
-    deadline = time.monotonic() + 5
-    while sandbox_cases._leftovers() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: not sandbox_cases._leftovers(), 5)
     left = sandbox_cases._leftovers()
     for pid in left:  # the evidence is in the assertion; the machine is cleaned for what runs next
         os.kill(pid, signal.SIGKILL)

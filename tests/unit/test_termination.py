@@ -17,17 +17,9 @@ from pathlib import Path
 from harness.core import termination
 from harness.sandbox import cases as sandbox_cases
 from harness.sandbox import execute as sandbox
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _wait_for(predicate, timeout_s: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _run_folders(pid: int) -> list[Path]:
@@ -38,7 +30,7 @@ def test_sigterm_of_the_cli_kills_the_sandboxed_run_and_removes_its_folder():
     cli = subprocess.Popen([sys.executable, "-m", "harness", "sandbox", "selftest", "--allow-code-execution",
                             "--skip-canonical"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        assert _wait_for(lambda: _run_folders(cli.pid) and sandbox_cases._leftovers()), "no sandboxed run started"
+        assert wait_for(lambda: _run_folders(cli.pid) and sandbox_cases._leftovers(), 60), "no sandboxed run started"
         cli.send_signal(signal.SIGTERM)
         _, err = cli.communicate(timeout=30)
     finally:
@@ -85,7 +77,7 @@ def test_sigterm_of_pytest_closes_a_busy_worker_and_removes_its_log(tmp_path):
     session = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        assert _wait_for(lambda: state.exists() and state.read_text()), "the worker never started"
+        assert wait_for(lambda: state.exists() and state.read_text(), 60), "the worker never started"
         worker, log_path = state.read_text().split()
         start = time.monotonic()
         session.send_signal(signal.SIGTERM)
@@ -98,7 +90,7 @@ def test_sigterm_of_pytest_closes_a_busy_worker_and_removes_its_log(tmp_path):
     assert session.returncode == 2, out  # pytest's "interrupted"
     assert "Terminated: terminated by SIGTERM" in out, out
     assert took < 30, f"the session took {took:.0f} s to end"
-    assert _wait_for(lambda: not Path(f"/proc/{worker}").exists(), 10), "the busy worker outlived the session"
+    assert wait_for(lambda: not Path(f"/proc/{worker}").exists(), 10), "the busy worker outlived the session"
     assert not Path(log_path).exists(), "the worker's log was left for the next sweep"
 
 
