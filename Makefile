@@ -5,6 +5,12 @@ PY          := $(VENV)/bin/python
 # The CPU build of torch that lies on this machine kind's disk; installed before the project so
 # that pip never resolves torch to a multi-GB CUDA build.
 TORCH_SPEC  ?= torch==2.13.0
+# Where that torch comes from where it is not on disk: e.g. https://download.pytorch.org/whl/cpu
+# (the CPU wheels; PyPI's default build of torch carries CUDA). Empty: pip's own index.
+TORCH_INDEX ?=
+# A folder for JUnit XML, one file per pytest stage of make test (docs/ci.md). Empty: none.
+JUNIT_DIR   ?=
+junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$(1).xml)
 PAIR        ?= qwen-coder-1.5b+0.5b
 SMOKE_PAIR  ?= smollm2-135m+self
 BENCH_ARGS  ?=
@@ -18,7 +24,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install "$(TORCH_SPEC)"
+	$(PY) -m pip install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(PY) -m pip install -e '.[dev]'
 	touch $@
 
@@ -95,7 +101,7 @@ unit: setup
 # subset, in the sandbox), and the merge gate: the A/B perf gate of this tree against the reference
 # commit (baselines/reference.json) on the default pair, greedy.
 test: setup
-	$(PY) -m pytest tests/unit tests/integration
+	$(PY) -m pytest tests/unit tests/integration $(call junit,unit)
 	$(MAKE) accuracy
 	$(MAKE) perf-ab
 
@@ -113,14 +119,14 @@ AB_MAX_ROUNDS ?= 16
 perf-ab: setup
 	$(foreach p,$(AB_PAIRS),$(PY) -m harness models fetch --pair $(p) &&) true
 	$(PY) -m pytest tests/perf -m "perf and not slow" $(foreach p,$(AB_PAIRS),--pair $(p)) --perf-against $(AGAINST) \
-	    --perf-max-repeats $(AB_MAX_ROUNDS) --benchmark-disable $(PERF_ARGS)
+	    --perf-max-repeats $(AB_MAX_ROUNDS) --benchmark-disable $(call junit,perf-ab) $(PERF_ARGS)
 
 # Accuracy (tests/accuracy): greedy equivalence with near-tie triage, lossless sampling, HumanEval
 # pass@1 of the default pair on a fixed subset in the sandbox. CI-sized: a few minutes on 2 cores.
 HE_OUT      ?= results/humaneval
 accuracy: fetch
 	$(PY) -m harness models fetch smollm2-135m-instruct
-	$(PY) -m pytest tests/accuracy -m "accuracy and not slow" -rA -s
+	$(PY) -m pytest tests/accuracy -m "accuracy and not slow" -rA -s $(call junit,accuracy)
 
 # Every accuracy combination, the 1.5B pair's and the full HumanEval included (hours on a CPU).
 accuracy-all: fetch

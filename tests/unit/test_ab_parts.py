@@ -56,6 +56,26 @@ def test_a_revision_that_does_not_exist_names_the_option():
         revision.checkout(REPO, "no-such-rev")
 
 
+def test_a_shallow_clone_says_to_fetch_its_history(tmp_path):
+    """CI's default checkout has one commit: the reference commit is then missing for a reason the
+    error must name, not "no such revision" alone."""
+    def git(*args: str, cwd: Path) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    git("init", "-q", cwd=origin)
+    for n in (1, 2):
+        (origin / "f").write_text(str(n))
+        git("add", "f", cwd=origin)
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", str(n), cwd=origin)
+    first = git("rev-parse", "HEAD~1", cwd=origin)
+    git("clone", "-q", "--depth", "1", f"file://{origin}", str(tmp_path / "shallow"), cwd=tmp_path)
+    with pytest.raises(revision.RevisionError, match=r"--perf-against [0-9a-f]+: no such revision .*shallow clone.*"
+                                                     r"git fetch --unshallow.*docs/ci.md"):
+        revision.resolve(tmp_path / "shallow", first)
+    assert revision.resolve(origin, first) == first
+
+
 def test_a_revision_older_than_the_gate_is_refused():
     if subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{PREDATES}^{{commit}}"]).returncode != 0:
         pytest.skip(f"{PREDATES} is not in this clone's history")

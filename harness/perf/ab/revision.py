@@ -75,6 +75,9 @@ def resolve(repo: Path, rev: str) -> str:
     """The full sha of `rev`, or an error that says how to name a revision."""
     r = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
     if r.returncode != 0 or not r.stdout.strip():
+        if _git(repo, "rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+            raise RevisionError(f"{OPTION} {rev}: no such revision in {repo}, a shallow clone: fetch its history "
+                                "(`git fetch --unshallow`; in a CI checkout, a fetch depth of 0: docs/ci.md)")
         raise RevisionError(f"{OPTION} {rev}: no such revision in {repo}; give a sha, branch or tag "
                             "(`git log --oneline` lists them)")
     return r.stdout.strip()
