@@ -1,8 +1,8 @@
 """The CPU capability class: which matrix kernels torch will really use here.
 
 Assisted decoding pays off when verifying K+1 tokens in one pass costs about one token's step.
-That depends on the kernels, not on the CPU model: a bf16 1536x8960 linear layer costs 0.7x its
-one-token time for 7 tokens with AMX, 1.8x with AVX512-BF16 and 6x with AVX2 kernels. The registry
+That depends on the kernels, not on the CPU model (the measured cost per class: docs/cpu-classes.md).
+The registry
 (harness/matrix.toml, `[pairs.<name>.per_cpu_class.<class>]`) chooses precisions and K per class.
 
 The class is the lowest of three limits:

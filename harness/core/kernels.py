@@ -3,7 +3,7 @@
 One layer of a given shape is built with random weights in each precision (through quant/, the
 same layer classes the models use) and timed at M = 1..8 tokens. The M = K+1 / M = 1 ratio is what
 makes assisted decoding pay off or not on a CPU kind: verifying K+1 tokens in one pass must cost
-about one token's step (AMX: 0.7x for a bf16 1536x8960 layer; AVX2 kernels: 2x).
+about one token's step (measured per CPU class: docs/cpu-classes.md).
 """
 
 from __future__ import annotations

@@ -1,16 +1,29 @@
-"""The perf gate's commands exactly as the README writes them: `pytest -m perf` from the repository
-root with no path argument, options in the space-separated form, and the plugin's options known
-wherever pytest starts (it is registered by entry point, not by a conftest that a path argument
-can move out of reach). Collection only: what the gate measures is tested in test_perf_plugin."""
+"""The README's commands exactly as it writes them.
+
+Every line of the README's `bash` blocks is checked as a newcomer would type it: a `make` target
+exists and its recipe expands (`make -n`), a `python -m harness` command line parses, a `pytest`
+command collects from the repository root. Running them for real is `make bench` / `make test`
+themselves; this test catches an option renamed or a target removed under the README.
+
+The perf gate's commands also get the details a CI job depends on: `pytest -m perf` from the
+repository root with no path argument, options in the space-separated form, and the plugin's
+options known wherever pytest starts (it is registered by entry point, not by a conftest that a path
+argument can move out of reach). Collection only: what the gate measures is tested in
+test_perf_plugin."""
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from harness.cli.main import build_parser
 from harness.core import registry
 
 
@@ -66,3 +79,39 @@ def test_a_bad_option_value_names_the_flag():
     r = run("-m", "perf", "--pair", "qwen-coder-1.5b+0.5", "--collect-only", "-q")
     assert r.returncode == 4
     assert "--pair 'qwen-coder-1.5b+0.5' has no perf combinations. Did you mean 'qwen-coder-1.5b+0.5b'?" in r.stderr
+
+
+def readme_commands() -> list[str]:
+    """Each command line of the README's ```bash blocks, its trailing comment removed."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    lines = []
+    for block in re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M):
+        for line in block.splitlines():
+            command = re.sub(r"\s+#.*$", "", line).strip()
+            if command and not command.startswith("#"):
+                lines.append(command)
+    return lines
+
+
+def test_the_readme_has_commands_to_check():
+    commands = readme_commands()
+    assert any(c.startswith("make ") for c in commands) and any(c.startswith("pytest ") for c in commands)
+    assert any(c.startswith("python -m harness ") for c in commands), commands
+
+
+@pytest.mark.parametrize("command", readme_commands())
+def test_a_readme_command_runs_as_written(command):
+    words = shlex.split(command)
+    if words[0] == "make":
+        r = subprocess.run(["make", "-n", *words[1:]], capture_output=True, text=True, cwd=REPO, timeout=120)
+        assert r.returncode == 0, f"{command}: {r.stderr[-2000:]}"
+    elif words[:3] == ["python", "-m", "harness"]:
+        try:
+            build_parser().parse_args(words[3:])
+        except SystemExit as exc:
+            pytest.fail(f"{command}: the CLI refuses it as written (exit {exc.code})")
+    elif words[0] == "pytest":
+        r = run(*words[1:], "--collect-only", "-q")
+        assert r.returncode == 0, f"{command}: " + r.stdout[-2000:] + r.stderr[-2000:]
+    else:
+        pytest.fail(f"README command {command!r}: this test does not know how to check it; teach it")
