@@ -19,7 +19,6 @@ import logging
 import math
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,6 +30,7 @@ from harness.core import decode, jsonio, models, prompts
 from harness.sandbox import execute as sandbox
 from harness.core.errors import HarnessError, UnknownNameError
 from harness.core.generate import ASSISTED, PLAIN, measure_generation
+from harness.core.progress import bar as progress_bar
 from harness.core.registry import Matrix
 
 log = logging.getLogger(__name__)
@@ -189,8 +189,6 @@ def _generate_tasks(matrix: Matrix, config: GenerateConfig, out: Path, todo: Seq
                     done: dict[str, dict[str, Any]], *, total: int, device: str, progress: bool) -> None:
     """Decode each task of `todo`, appending every finished row to OUT.partial (flushed and fsynced)
     and to `done`, so an interruption loses at most the task in flight."""
-    from tqdm.auto import tqdm
-
     pair = matrix.pair(config.pair)
     target = models.load(matrix.model(pair.target), config.target_precision, device)
     draft = (models.load(matrix.model(pair.draft), config.draft_precision, device, draft_vocab=config.draft_vocab)
@@ -200,8 +198,8 @@ def _generate_tasks(matrix: Matrix, config: GenerateConfig, out: Path, todo: Seq
                                confidence_threshold=config.confidence_threshold, stop_sequences=config.stop_sequences)
     all_problems = problems()
     out.parent.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(total=total, initial=total - len(todo), desc=f"humaneval {config.pair} {config.mode}", unit="task",
-               disable=not progress, file=sys.stderr)
+    bar = progress_bar(total=total, initial=total - len(todo), desc=f"humaneval {config.pair} {config.mode}",
+                       unit="task", enabled=progress)
     with open(_partial_path(out), "a", encoding="utf-8") as fh:
         for tid in todo:
             ids = prompt_ids(target.tokenizer, all_problems[tid]["prompt"])

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from harness.cli.options import float_in, int_in, int_list_in, name_list, sandbox_options
 from harness.core import models, registry
 from harness.core.errors import HarnessError
+from harness.core.progress import bar as progress_bar
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -80,14 +80,12 @@ def humaneval_generate(matrix: registry.Matrix, args: argparse.Namespace) -> int
 
 
 def humaneval_evaluate(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
-
     from harness.accuracy import humaneval
     from harness.sandbox import execute as sandbox
 
     sandbox.require_code_execution(args.allow_code_execution)
     limits = sandbox.Limits(timeout_s=args.timeout)
-    bar = tqdm(desc="evaluate", unit="sample", disable=args.no_progress, file=sys.stderr)
+    bar = progress_bar(desc="evaluate", unit="sample", enabled=not args.no_progress)
 
     def progress(done: int, total: int, info: dict) -> None:
         bar.total = total
@@ -108,15 +106,13 @@ def humaneval_evaluate(args: argparse.Namespace) -> int:
 
 def humaneval_compare(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     """Exit 1 when a divergence is not a near-tie, or equal completions got different verdicts."""
-    from tqdm.auto import tqdm
-
     from harness.accuracy import humaneval
     from harness.core import jsonio
 
     def load_target(config: dict) -> models.LoadedModel:
         return models.load(matrix.model(matrix.pair(config["pair"]).target), config["target_precision"])
 
-    bar = tqdm(desc="compare", unit="task", disable=args.no_progress or not args.triage, file=sys.stderr)
+    bar = progress_bar(desc="compare", unit="task", enabled=not args.no_progress and args.triage)
 
     def progress(done: int, total: int, task_id: str) -> None:
         bar.total = total

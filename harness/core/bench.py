@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,7 @@ from harness.core.decode import DecodeSettings
 from harness.core.generate import ASSISTED, PLAIN, PROMPT_LOOKUP, measure_generation
 from harness.core.platform import device_available
 from harness.core.predict import StepCosts
+from harness.core.progress import bar as progress_bar
 from harness.core.record import GenerationResult, Row, Summary
 from harness.core.registry import Matrix, PairSpec, Preset
 
@@ -151,8 +151,6 @@ def _loaded_info(m: models.LoadedModel) -> dict[str, Any]:
 
 
 def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
-    from tqdm.auto import tqdm
-
     attention = cfg.attention.implementation
     target = models.load(matrix.model(cfg.pair.target), cfg.target_precision, cfg.device, attention=attention)
     reference = None
@@ -188,8 +186,8 @@ def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> Ben
                      k, costs[k].target_ms, k + 1, costs[k].verify_ms, costs[k].r, costs[k].draft_ms, costs[k].c)
 
     samples: dict[tuple[int, Configuration], list[GenerationResult]] = {}
-    bar = tqdm(total=len(encoded) * cfg.repeats * len(configs), desc=f"bench {cfg.pair.name}",
-               unit="run", disable=not progress, file=sys.stderr)
+    bar = progress_bar(total=len(encoded) * cfg.repeats * len(configs), desc=f"bench {cfg.pair.name}",
+                       unit="run", enabled=progress)
     for i, ids in enumerate(encoded):
         for r in range(cfg.repeats):
             for config in interleave.abba(configs, r):  # plain and assisted alternate within each prompt

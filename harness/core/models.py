@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from harness.core import locks
+from harness.core import locks, progress as progress_bars
 from harness.core.errors import (
     HarnessError,
     IntegrityError,
@@ -216,16 +216,13 @@ def assemble_gguf(gguf: GgufParts, *, progress: bool = True) -> Path:
     The file is written as '.partial-*' and renamed only after the checksum matched; a
     mismatch deletes it and says so.
     """
-    from tqdm.auto import tqdm
-
     final = gguf_path(gguf)
     if final.is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     locks.sweep(final.parent, f".partial-{gguf.gguf_file}@")  # what a killed fetch left, never a live one's
     partial = final.parent / (locks.owned_name(f".partial-{gguf.gguf_file}@") + "gguf")
-    bar = tqdm(total=gguf.size, unit="B", unit_scale=True, desc=f"fetch {gguf.gguf_file}",
-               disable=not progress, file=sys.stderr)
+    bar = progress_bars.bar(total=gguf.size, unit="B", desc=f"fetch {gguf.gguf_file}", enabled=progress)
     try:
         with open(partial, "wb") as out:
             written, got = _write_parts(gguf, out, bar)
@@ -308,6 +305,7 @@ def convert_gguf(gguf: Path, out_dir: Path, spec: ModelSpec) -> None:
                              f"the file was deleted. Run: {fetch_command(spec)}")
     log.info("dequantizing %s with transformers (one time; about a minute per billion parameters)", gguf.name)
     start = time.perf_counter()
+    progress_bars.library_bars_off_unless_terminal()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # transformers refuses to save a model it loaded from GGUF; the dequantized weights are
@@ -429,6 +427,7 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: i
         require_kernel(precision)
     path = resolve_path(spec)
     start = time.perf_counter()
+    progress_bars.library_bars_off_unless_terminal()
     dtype = getattr(torch, FLOAT_DTYPES[precision] if not quantized else quant.base_dtype(precision))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
