@@ -19,10 +19,9 @@ import math
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from harness.perf.stored.stats import _t_quantile
+from harness.perf.errorrates import t_quantile
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,7 +99,7 @@ def main(argv=None) -> int:
     for label, _, backend in arms:
         logs = [math.log(a / b) for a, b in zip(per_round[label], per_round[ref])]
         mean = statistics.fmean(logs)
-        half = _t_quantile(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+        half = t_quantile(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
         interval = f"[{math.exp(mean - half):.3f}, {math.exp(mean + half):.3f}]" if label != ref else "(reference)"
         print(f"{label + ' (' + backend + ')':24} {statistics.median(per_round[label]):18.1f} {math.exp(mean):16.3f} "
               f"{interval:>18}")

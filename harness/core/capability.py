@@ -102,16 +102,30 @@ def classify(flags: Collection[str], aten: str, env: Mapping[str, str], *, amx_e
                       flags=tuple(x for x in keep if x in set(flags)), limited_by=limited_by)
 
 
-def cpu_flags() -> tuple[str, ...]:
+@cache
+def cpuinfo() -> tuple[str | None, tuple[str, ...]]:
+    """The first processor's model name and flags in /proc/cpuinfo (None and () where it cannot be
+    read): the suite's one reader of that file."""
+    model: str | None = None
+    flags: tuple[str, ...] | None = None
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
                 key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
-                    return tuple(value.split())
+                key = key.strip()
+                if key == "model name" and model is None:
+                    model = value.strip()
+                elif key in ("flags", "Features") and flags is None:
+                    flags = tuple(value.split())
+                if model is not None and flags is not None:
+                    break
     except OSError:
         pass
-    return ()
+    return model, flags or ()
+
+
+def cpu_flags() -> tuple[str, ...]:
+    return cpuinfo()[1]
 
 
 @cache

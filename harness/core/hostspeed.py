@@ -20,11 +20,12 @@ comparable and the stored gate defers to the A/B gate.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from harness.core.timing import median_seconds
 
 VERSION = 1  # a probe of another version measures other things: it is not compared
 REPEATS = 7
@@ -60,13 +61,7 @@ THRESHOLD = 0.25
 
 
 def _median_rate(run: Callable[[], None], amount: float, repeats: int) -> float:
-    run()  # warm-up: first touch of the pages, kernel selection
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        rates.append(amount / (time.perf_counter() - start))
-    return statistics.median(rates)
+    return amount / median_seconds(run, min_calls=repeats)
 
 
 def _memory(repeats: int) -> float:

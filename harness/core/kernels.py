@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
-import time
 from dataclasses import dataclass
 from typing import Callable
+
+from harness.core.timing import median_seconds
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +94,7 @@ def build_layer(precision: str, in_features: int, out_features: int, seed: int =
 
 def time_call(fn: Callable[[], object], *, min_seconds: float = 0.15, min_calls: int = 5) -> float:
     """Median milliseconds of `fn` over at least `min_calls` calls and `min_seconds` (after a warm-up)."""
-    fn()
-    times: list[float] = []
-    spent = 0.0
-    while len(times) < min_calls or spent < min_seconds:
-        t0 = time.perf_counter()
-        fn()
-        dt = time.perf_counter() - t0
-        times.append(dt)
-        spent += dt
-    return statistics.median(times) * 1000.0
+    return median_seconds(fn, min_calls=min_calls, min_seconds=min_seconds) * 1000.0
 
 
 def layer_cost(precision: str, in_features: int, out_features: int, tokens: tuple[int, ...] = tuple(range(1, 9)),

@@ -71,19 +71,11 @@ def platform_id(device: str, cpu_model: str, gpu_name: str | None, capability: s
 
 
 def _cpu_info() -> tuple[str, tuple[str, ...]]:
-    model, flags = _platform.processor() or _platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and model in ("", _platform.machine(), _platform.processor()):
-                    model = value.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
+    from harness.core import capability
+
+    model, flags = capability.cpuinfo()
     isa = tuple(f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8") if f in flags)
-    return model, isa
+    return model or _platform.processor() or _platform.machine(), isa
 
 
 @cache

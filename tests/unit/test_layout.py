@@ -97,3 +97,16 @@ def test_the_two_gates_are_two_rooms():
             if re.search(rf"harness\.perf\.{other}\b|from harness\.perf import [^\n]*\b{other}\b", text):
                 bad.append(f"{path.relative_to(REPO)} imports harness.perf.{other}")
     assert not bad, "; ".join(bad)
+
+
+def test_no_class_of_the_suite_shadows_a_builtin():
+    """An exception named like a builtin (ReferenceError, TimeoutError) hides the builtin in its module
+    and reads as the builtin everywhere else."""
+    import builtins
+
+    shadowing = []
+    for path in sorted((REPO / "harness").rglob("*.py")) + sorted((REPO / "quant").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and hasattr(builtins, node.name):
+                shadowing.append(f"{path.relative_to(REPO)}: class {node.name}")
+    assert not shadowing, shadowing

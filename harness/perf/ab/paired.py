@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.perf.errorrates import split, t_quantile
 from harness.perf.outcome import Outcome
 
 DEFAULT_FAMILY_ALPHA = 0.01
@@ -62,12 +63,12 @@ class Design:
     @property
     def alpha(self) -> float:
         """One direction of one metric at one look, for a REGRESSION or IMPROVEMENT call."""
-        return self.family_alpha / (2 * max(1, self.tests) * max(1, self.looks))
+        return split(self.family_alpha, 2, self.tests, self.looks)
 
     @property
     def beta(self) -> float:
         """One metric at one look, for a PASS call."""
-        return self.miss_rate / max(1, self.looks)
+        return split(self.miss_rate, self.looks)
 
 
 @dataclass
@@ -101,12 +102,6 @@ class PairedDecision:
 
 
 
-def _t(p: float, df: int) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(p, df))
-
-
 def decide(metric: str, ratios: Sequence[float], design: Design, *, at_cap: bool) -> PairedDecision:
     """The verdict on one metric from its per-round candidate/base ratios."""
     d = [math.log(r) for r in ratios]
@@ -116,9 +111,9 @@ def decide(metric: str, ratios: Sequence[float], design: Design, *, at_cap: bool
         verdict = Outcome.UNDECIDED if at_cap else Outcome.INCONCLUSIVE
         return PairedDecision(metric, verdict, math.exp(mean) - 1, 0.0, math.inf, 0.0, n, tol, design.alpha, design.beta)
     se = statistics.stdev(d) / math.sqrt(n)
-    half = _t(1 - design.alpha, n - 1) * se
+    half = t_quantile(1 - design.alpha, n - 1) * se
     low, high = mean - half, mean + half
-    pass_bound = mean - _t(1 - design.beta, n - 1) * se
+    pass_bound = mean - t_quantile(1 - design.beta, n - 1) * se
     if high < 0 and mean < math.log(1 - tol / 2):
         verdict = Outcome.REGRESSION
     elif low > 0 and mean > math.log(1 + tol / 2):

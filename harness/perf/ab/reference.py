@@ -22,7 +22,7 @@ SCHEMA_VERSION = 1
 NAME = "reference"  # --perf-against reference
 
 
-class ReferenceError(HarnessError):
+class ReferenceCommitError(HarnessError):
     """baselines/reference.json is missing or malformed."""
 
 
@@ -40,10 +40,10 @@ class Reference:
 
 def read(path: Path = PATH) -> Reference:
     if not Path(path).exists():
-        raise ReferenceError(f"{path} does not exist; name the reference commit with "
+        raise ReferenceCommitError(f"{path} does not exist; name the reference commit with "
                              "`python -m harness reference move --reason TEXT`")
-    doc = jsonio.read_strict(path, ReferenceError)
-    jsonio.validate(doc, SCHEMA, str(path), ReferenceError, hint="restore it from git")
+    doc = jsonio.read_strict(path, ReferenceCommitError)
+    jsonio.validate(doc, SCHEMA, str(path), ReferenceCommitError, hint="restore it from git")
     doc.pop("schema_version")
     return Reference(**doc)
 
@@ -51,8 +51,8 @@ def read(path: Path = PATH) -> Reference:
 def write(reference: Reference, path: Path = PATH) -> None:
     """Validated first, then written atomically."""
     doc = reference.as_dict()
-    jsonio.validate(doc, SCHEMA, f"new reference for {path}", ReferenceError)
-    jsonio.atomic_write_text(path, jsonio.dumps(doc, str(path), ReferenceError))
+    jsonio.validate(doc, SCHEMA, f"new reference for {path}", ReferenceCommitError)
+    jsonio.atomic_write_text(path, jsonio.dumps(doc, str(path), ReferenceCommitError))
 
 
 def moved_to(commit: str, reason: str, previous: Reference | None, evidence: list[str]) -> Reference:

@@ -33,16 +33,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.perf.errorrates import split, t_quantile
 from harness.perf.outcome import Outcome
 
 DEFAULT_ALPHA = 0.01  # one-sided error rate of each decision, split over the looks at the data
 DEFAULT_BETA = 0.05  # at the calibrated tolerance: chance that a change of the full tolerance is not resolved
-
-
-def _t_quantile(p: float, df: float) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(p, df))
 
 
 @dataclass
@@ -107,7 +102,7 @@ def compare_samples(metric: str, baseline: Sequence[float], measured: Sequence[f
         parts = (vb ** 2) / (len(b) - 1) + (vm ** 2) / (len(m) - 1)
         df = (vb + vm) ** 2 / parts if parts > 0 else float(len(b) + len(m) - 2)
         t_stat = diff / se
-        half = _t_quantile(1 - alpha, df) * se
+        half = t_quantile(1 - alpha, df) * se
     lo, hi = math.exp(diff - half), math.exp(diff + half)
     threshold = 1 - tolerance / 2
     if hi < threshold:
@@ -138,7 +133,7 @@ def drift_sd(samples: Sequence[float], block: int) -> tuple[float, int]:
 
 def alpha_per_look(alpha: float, looks: int) -> float:
     """Bonferroni split of the error rate over the sequential looks at the data."""
-    return alpha / max(1, looks)
+    return split(alpha, looks)
 
 
 def calibrated_tolerance(samples: Sequence[float], *, cap: int, alpha: float = DEFAULT_ALPHA,
@@ -157,7 +152,7 @@ def calibrated_tolerance(samples: Sequence[float], *, cap: int, alpha: float = D
     vs, vd = sd * sd * (1 / n + 1 / cap), 2 * drift * drift
     parts = (sd * sd / n) ** 2 / (n - 1) + (sd * sd / cap) ** 2 / (cap - 1)
     df = vs ** 2 / parts if parts > 0 else n + cap - 2
-    half = (_t_quantile(1 - alpha, df) + float(norm.ppf(1 - beta))) * math.sqrt(vs + vd)
+    half = (t_quantile(1 - alpha, df) + float(norm.ppf(1 - beta))) * math.sqrt(vs + vd)
     tol = 2 * (1 - math.exp(-half))
     return min(ceiling, max(floor, math.ceil(tol * 100) / 100))
 

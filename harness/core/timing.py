@@ -1,0 +1,25 @@
+"""The median time of repeated calls: the one timing loop behind the kernel table
+(harness/core/kernels.py), the step costs (harness/core/predict.py) and the host-speed probe
+(harness/core/hostspeed.py)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def median_seconds(fn: Callable[[], object], *, min_calls: int = 5, min_seconds: float = 0.0) -> float:
+    """Median seconds of `fn` over at least `min_calls` calls and `min_seconds`, after one warm-up
+    call (first touch of the pages, kernel selection). The median: a call that the host interrupted
+    moves it little."""
+    fn()
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < min_calls or spent < min_seconds:
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        spent += dt
+    return statistics.median(times)
