@@ -62,7 +62,7 @@ perf-all: fetch
 
 # After a hardware or library change: measure this machine again, then review the diff of baselines/.
 perf-update: fetch
-	$(PY) -m pytest tests/perf -m "perf and not slow" --update-baselines --benchmark-disable $(PERF_ARGS)
+	$(PY) -m pytest tests/perf -m "perf and not slow" --perf-update-baselines --benchmark-disable $(PERF_ARGS)
 
 # How well the gate tells planted slowdowns from noise (detection / false-alarm table).
 gate-power: setup
@@ -118,7 +118,7 @@ AB_PAIRS      ?= $(PAIR)
 AB_MAX_ROUNDS ?= 16
 perf-ab: setup
 	$(foreach p,$(AB_PAIRS),$(PY) -m harness models fetch --pair $(p) &&) true
-	$(PY) -m pytest tests/perf -m "perf and not slow" $(foreach p,$(AB_PAIRS),--pair $(p)) --perf-against $(AGAINST) \
+	$(PY) -m pytest tests/perf -m "perf and not slow" $(foreach p,$(AB_PAIRS),--perf-pair $(p)) --perf-against $(AGAINST) \
 	    --perf-max-repeats $(AB_MAX_ROUNDS) --benchmark-disable $(call junit,perf-ab) $(PERF_ARGS)
 
 # Accuracy (tests/accuracy): greedy equivalence with near-tie triage, lossless sampling, HumanEval

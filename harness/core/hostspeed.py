@@ -13,7 +13,7 @@ measures what decoding leans on, each as a rate (higher is faster):
   that dominates small models).
 
 Each is timed REPEATS times after one warm-up; the statistic is the median rate. The whole probe
-takes about a second. `--update-baselines` records it in every record it writes; the stored gate
+takes about a second. `--perf-update-baselines` records it in every record it writes; the stored gate
 measures it again and compares (`compare()`): beyond THRESHOLD on any rate, the host is not
 comparable and the stored gate defers to the A/B gate.
 """

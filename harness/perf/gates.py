@@ -1,6 +1,6 @@
 """How a combination runs through a gate, for the pytest plugin (harness/perf/plugin.py): the
 session's state (loaded models, baselines, staged updates, results), the stored-baseline gate with
-its host check, the A/B gate, and the --update-baselines staging. Each test ends in pytest.fail /
+its host check, the A/B gate, and the --perf-update-baselines staging. Each test ends in pytest.fail /
 pytest.skip with the gate's message, or returns on a pass."""
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ class PerfSession:
             tolerance_override=config.getoption("perf_tolerance"))
         if self.settings.max_rounds < self.settings.rounds:
             self.settings = PerfSettings(**{**self.settings.__dict__, "max_rounds": self.settings.rounds})
-        self.directory = Path(config.getoption("baselines_dir"))
-        self.updating = config.getoption("update_baselines")
+        self.directory = Path(config.getoption("perf_baselines_dir"))
+        self.updating = config.getoption("perf_update_baselines")
         self.loaded: LoadedPair | None = None
         self.staged: dict[str, dict[str, Any]] = {}
         self.results: list[CombinationResult] = []
@@ -299,7 +299,7 @@ def _defer(session: PerfSession, combo: Combination, checked: host.HostCheck) ->
 
 
 def _stage(session: PerfSession, runner: Runner) -> CombinationResult:
-    """--update-baselines: the record to write at the end of the session, with this host's probe."""
+    """--perf-update-baselines: the record to write at the end of the session, with this host's probe."""
     record = runner.baseline_record(git_commit())
     if runner.combo.device == "cpu":
         record["host_probe"] = session.host_probe()
@@ -358,7 +358,7 @@ def _baseline_or_skip(session: PerfSession, combo: Combination) -> dict[str, Any
     baseline = (doc or {}).get("combinations", {}).get(combo.id)
     if baseline is None and not session.updating:
         message = (f"{combo.id}: no baseline on platform {session.platform_id(combo.device)} in {path}. "
-                   f"Measure it with: pytest -m perf --update-baselines -k '{combo.id}' (then review and commit "
+                   f"Measure it with: pytest -m perf --perf-update-baselines -k '{combo.id}' (then review and commit "
                    f"{path.name}), or name a reference commit for the A/B gate (python -m harness reference move)")
         if reference.PATH.exists() and session.config.getoption("perf_missing_baseline") == "reference":
             return None

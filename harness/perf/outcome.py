@@ -4,7 +4,7 @@ A metric's decision is one of PASS, REGRESSION, IMPROVEMENT, INCONCLUSIVE (more 
 coming) or UNDECIDED (still inconclusive at the cap). A combination's outcome combines its
 metrics (`combine`), and adds the two outcomes that are not decisions: DEFERRED (the stored
 gate found this host not comparable with the baseline's) and STAGED (a baseline measured by
---update-baselines, not judged). The stored-baseline gate and the A/B gate say the same words
+--perf-update-baselines, not judged). The stored-baseline gate and the A/B gate say the same words
 for the same thing: a REGRESSION is a slowdown beyond half the tolerance, significant at the
 gate's false-alarm rate, in either gate.
 """

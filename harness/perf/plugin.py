@@ -31,13 +31,14 @@ _SKIPPED: set[str] = set()  # perf tests reported skipped in this process
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("perf gate", "assisted-generation perf gate (harness/perf/plugin.py)")
-    g.addoption("--baselines-dir", default=str(baselines.DEFAULT_DIR), metavar="DIR",
+    g.addoption("--perf-baselines-dir", "--baselines-dir", dest="perf_baselines_dir",
+                default=str(baselines.DEFAULT_DIR), metavar="DIR",
                 help="folder of <platform-id>.json baselines (default: baselines/)")
-    g.addoption("--update-baselines", action="store_true",
+    g.addoption("--perf-update-baselines", "--update-baselines", dest="perf_update_baselines", action="store_true",
                 help="measure and write this machine's baseline file (others are never touched)")
-    g.addoption("--pair", action="append", default=[], metavar="NAME",
+    g.addoption("--perf-pair", "--pair", dest="perf_pair", action="append", default=[], metavar="NAME",
                 help="only these registry pairs (repeatable)")
-    g.addoption("--platform", action="append", default=[], metavar="NAME",
+    g.addoption("--perf-platform", "--platform", dest="perf_platform", action="append", default=[], metavar="NAME",
                 help="only these registry platforms (repeatable), e.g. cpu, cuda")
     g.addoption("--perf-repeats", type=int, default=None, metavar="N",
                 help="rounds (interleaved plain/assisted samples) before the first decision")
@@ -90,6 +91,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "one job, instead of against stored baselines")
 
 
+# The options that had no --perf- prefix: still read under their old spelling, which says its new name once.
+OLD_SPELLINGS = {"--pair": "--perf-pair", "--platform": "--perf-platform", "--baselines-dir": "--perf-baselines-dir",
+                 "--update-baselines": "--perf-update-baselines"}
+
+
+class PerfOptionRenamedWarning(UserWarning):
+    """An option of the perf gate given by its spelling from before the --perf- prefix."""
+
+
+def _note_old_spellings(config: pytest.Config) -> None:
+    given = {str(arg).split("=", 1)[0] for arg in config.invocation_params.args}
+    for old, new in OLD_SPELLINGS.items():
+        if old in given:
+            config.issue_config_time_warning(PerfOptionRenamedWarning(f"{old} is now {new} (the old spelling "
+                                                                      "still works)"), stacklevel=2)
+
+
 def _check_options(config: pytest.Config) -> None:
     def bad(flag: str, why: str) -> None:
         raise pytest.UsageError(f"{flag}: {why}")
@@ -108,28 +126,29 @@ def _check_options(config: pytest.Config) -> None:
     planted = config.getoption("perf_plant_slowdown")
     if not 0 <= planted <= 10:
         bad("--perf-plant-slowdown", f"{planted}: give a fraction between 0 and 10")
-    if config.getoption("perf_against") and config.getoption("update_baselines"):
-        bad("--perf-against", "cannot be combined with --update-baselines (an A/B run stores no baseline)")
-    if planted and config.getoption("update_baselines"):
-        bad("--perf-plant-slowdown", "cannot be combined with --update-baselines (it would store a slowed baseline)")
+    if config.getoption("perf_against") and config.getoption("perf_update_baselines"):
+        bad("--perf-against", "cannot be combined with --perf-update-baselines (an A/B run stores no baseline)")
+    if planted and config.getoption("perf_update_baselines"):
+        bad("--perf-plant-slowdown", "cannot be combined with --perf-update-baselines (it would store a slowed baseline)")
     if config.getoption("perf_replay"):
-        for flag, dest in (("--update-baselines", "update_baselines"), ("--perf-against", "perf_against"),
+        for flag, dest in (("--perf-update-baselines", "perf_update_baselines"), ("--perf-against", "perf_against"),
                            ("--perf-plant-slowdown", "perf_plant_slowdown")):
             if config.getoption(dest):
                 bad("--perf-replay", f"cannot be combined with {flag} (a replay measures nothing)")
-    directory = Path(config.getoption("baselines_dir"))
+    directory = Path(config.getoption("perf_baselines_dir"))
     if directory.exists() and not directory.is_dir():
-        bad("--baselines-dir", f"{directory} is not a folder")
-    if not directory.exists() and not config.getoption("update_baselines"):
+        bad("--perf-baselines-dir", f"{directory} is not a folder")
+    if not directory.exists() and not config.getoption("perf_update_baselines"):
         # without it, no combination would find a baseline and each would silently gate A/B instead
-        bad("--baselines-dir", f"{directory} does not exist (mistyped?); to store baselines there, add "
-                               "--update-baselines")
+        bad("--perf-baselines-dir", f"{directory} does not exist (mistyped?); to store baselines there, add "
+                                    "--perf-update-baselines")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # SIGTERM (a CI job cancelled) ends the session as Ctrl-C does: fixtures torn down, A/B workers and
     # sandboxed runs closed, their folders and logs removed (harness/core/termination.py)
     config.stash[_UNDO_SIGTERM] = termination.install()
+    _note_old_spellings(config)
     _check_options(config)
     try:
         matrix = registry.load_matrix(config.getoption("perf_matrix"))
@@ -140,13 +159,13 @@ def pytest_configure(config: pytest.Config) -> None:
     except HarnessError as exc:
         raise pytest.UsageError(f"--perf-matrix: {exc}") from None
     known_pairs = {c.pair for c in combos}
-    for name in config.getoption("pair"):
+    for name in config.getoption("perf_pair"):
         if name not in known_pairs:
-            raise pytest.UsageError(f"--pair {name!r} has no perf combinations.{did_you_mean(name, known_pairs)} "
+            raise pytest.UsageError(f"--perf-pair {name!r} has no perf combinations.{did_you_mean(name, known_pairs)} "
                                     f"Available: {', '.join(sorted(known_pairs))}")
-    for name in config.getoption("platform"):
+    for name in config.getoption("perf_platform"):
         if name not in matrix.platforms:
-            raise pytest.UsageError(f"--platform {name!r} is not in the registry; available: "
+            raise pytest.UsageError(f"--perf-platform {name!r} is not in the registry; available: "
                                     f"{', '.join(matrix.platforms)}")
     session = PerfSession(config, matrix, combos)
     try:
@@ -184,7 +203,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "perf_combination" not in metafunc.fixturenames:
         return
     state: PerfSession = metafunc.config.stash[_STATE]
-    pairs, platforms = metafunc.config.getoption("pair"), metafunc.config.getoption("platform")
+    pairs, platforms = metafunc.config.getoption("perf_pair"), metafunc.config.getoption("perf_platform")
     params = []
     for combo in state.combinations:
         if (pairs and combo.pair not in pairs) or (platforms and combo.platform not in platforms):

@@ -105,7 +105,7 @@ class CombinationResult:
     """One combination's entry of results.json, whichever gate ran it."""
     combination: str
     platform: str
-    gate: str                             # "stored", "ab" or "update" (--update-baselines)
+    gate: str                             # "stored", "ab" or "update" (--perf-update-baselines)
     verdict: Outcome
     rounds: list[Round]                   # this tree's rounds (A/B: the candidate's)
     acceptance_rate: float | None = None

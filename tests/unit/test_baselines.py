@@ -92,7 +92,7 @@ def test_bad_files_name_file_path_and_fix(tmp_path, text, message):
 
 def test_schema_errors_say_how_to_fix(tmp_path):
     path = write(tmp_path, _doc_with(lambda d: d["combinations"][CID]["speedup"].update(median=-1)))
-    with pytest.raises(BaselineError, match=r"git checkout -- .*pytest -m perf --update-baselines"):
+    with pytest.raises(BaselineError, match=r"git checkout -- .*pytest -m perf --perf-update-baselines"):
         baselines.load(path)
 
 
@@ -219,7 +219,7 @@ def test_a_baseline_of_another_capability_class_is_refused_with_what_to_do(tmp_p
     message = str(exc.value)
     assert "\n" not in message and str(path) in message
     for part in ("platform/capability: measured with the 'amx' class's kernels, but this run uses the 'avx2' class",
-                 "not compared", f"git checkout -- {path}", "pytest -m perf --update-baselines"):
+                 "not compared", f"git checkout -- {path}", "pytest -m perf --perf-update-baselines"):
         assert part in message
     assert baselines.load(path, platform_id=PID, cpu_class="amx") == doc
 

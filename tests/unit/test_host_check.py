@@ -80,7 +80,7 @@ def test_a_baseline_without_a_probe_cannot_check_the_host_and_says_how(probe):
     assert checked.deferred is None
     assert checked.notes == [f"{FILE} records no host-speed probe (measured before probes existed): whether this "
                              "host is as fast as the one that measured it cannot be checked; record one with "
-                             "`pytest -m perf --update-baselines`"]
+                             "`pytest -m perf --perf-update-baselines`"]
     older = dict(probe, version=hostspeed.VERSION + 1)
     assert "cannot be checked" in host.check(record(older), FILE, SOFTWARE, lambda: probe).notes[0]
     assert host.check(record(probe), FILE, SOFTWARE, None).notes == []  # a GPU platform: no CPU probe

@@ -31,8 +31,8 @@ COMMITTED = next((REPO / "baselines").glob("cpu-*.json"))  # a real record to bu
 
 
 def fake_config(directory: Path, **options) -> SimpleNamespace:
-    values = {"perf_repeats": None, "perf_max_repeats": None, "perf_tolerance": None, "baselines_dir": str(directory),
-              "update_baselines": False, "perf_plant_slowdown": 0.0, "perf_plant_into": "target",
+    values = {"perf_repeats": None, "perf_max_repeats": None, "perf_tolerance": None, "perf_baselines_dir": str(directory),
+              "perf_update_baselines": False, "perf_plant_slowdown": 0.0, "perf_plant_into": "target",
               "perf_report_dir": str(directory / "reports"), "perf_host_threshold": hostspeed.THRESHOLD, **options}
     return SimpleNamespace(getoption=values.__getitem__, stash=pytest.Stash())
 
@@ -64,7 +64,7 @@ def test_each_device_reads_its_own_platform_file(tmp_path, two_devices):
 
 def test_an_update_merges_each_device_into_its_own_file(tmp_path, two_devices):
     matrix, combos, cpu, cuda = two_devices
-    config = fake_config(tmp_path, update_baselines=True)
+    config = fake_config(tmp_path, perf_update_baselines=True)
     session = plugin.PerfSession(config, matrix, combos)
     session.baseline_doc("cpu")  # the CPU file is read first, as when CPU combinations run first
     record = next(iter(document("cuda", [cuda.id])["combinations"].values()))
@@ -100,7 +100,7 @@ def test_a_baseline_of_other_work_is_refused(tiny_runner, edit, named):
     baseline = tiny_runner.baseline_record(None)
     check_comparable(tiny_runner, baseline)  # its own record: comparable
     edit(baseline)
-    with pytest.raises(BaselineMismatchError, match=f"measured with other settings .*{named}.*--update-baselines"):
+    with pytest.raises(BaselineMismatchError, match=f"measured with other settings .*{named}.*--perf-update-baselines"):
         check_comparable(tiny_runner, baseline)
 
 
@@ -139,7 +139,7 @@ def test_an_update_on_a_new_platform_names_the_nearest_known_one(tmp_path):
     other["platform"].update(capability=cls, id=platform.platform_id(
         "cpu", other["platform"]["cpu_model"], None, cls, other["platform"]["cpu_count"]))
     baselines.write(baselines.path_for(tmp_path, other["platform"]["id"]), other)
-    config = fake_config(tmp_path, update_baselines=True)
+    config = fake_config(tmp_path, perf_update_baselines=True)
     session = plugin.PerfSession(config, matrix, combos)
     measured = copy.deepcopy(other["combinations"][cpu.id])
     measured["plain_tokens_per_sec"]["median"] *= 1.5

@@ -43,7 +43,7 @@ def gate_command(matrix: Path, directory: Path, *args: str, tolerance: str = TOL
                  host_threshold: str | None = HOST_ANY) -> list[str]:
     host = ["--perf-host-threshold", host_threshold] if host_threshold is not None else []
     return [sys.executable, "-m", "pytest", str(GATE), "-p", "no:cacheprovider", "-q",
-            "--perf-matrix", str(matrix), "--baselines-dir", str(directory / "baselines"),
+            "--perf-matrix", str(matrix), "--perf-baselines-dir", str(directory / "baselines"),
             "--perf-report-dir", str(directory / "reports"), "--perf-tolerance", tolerance, *host, *args]
 
 
@@ -58,7 +58,7 @@ def measured(tmp_path_factory):
     """Baselines of both tiny combinations, measured once: (matrix, folder, the update's output)."""
     root = tmp_path_factory.mktemp("perf")
     matrix = write_local_matrix(root)
-    update = gate(matrix, root, "--update-baselines")
+    update = gate(matrix, root, "--perf-update-baselines")
     assert update.returncode == 0, update.stdout + update.stderr
     return matrix, root, update
 
@@ -103,7 +103,7 @@ def test_missing_baseline_fails_with_the_update_command(measured, tmp_path):
     r = gate(matrix, tmp_path, "-k", "tiny+draft", "--perf-missing-baseline", "fail")
     assert r.returncode == 1
     assert f"{CID}: no baseline on platform" in r.stdout
-    assert f"pytest -m perf --update-baselines -k '{CID}'" in r.stdout
+    assert f"pytest -m perf --perf-update-baselines -k '{CID}'" in r.stdout
     # skipped, the combination is not gated: a run that gated nothing fails, and says so
     skipped = gate(matrix, tmp_path, "-k", "tiny+draft", "--perf-missing-baseline", "skip")
     assert skipped.returncode == 1 and "1 skipped" in skipped.stdout
@@ -160,7 +160,7 @@ def test_the_verdict_moves_with_a_slowdown_in_the_recorded_rounds(workspace):
     assert verdicts(directory) == {CID: "regression"}
     for part in (f"perf regression in {CID}", "plain_tokens_per_sec: baseline median", "measured median",
                  "tolerance 90%", "Welch t =", "REGRESSION", f"replayed from {target}",
-                 f"If the change is intended, update this machine's baseline: pytest -m perf --update-baselines -k '{CID}'"):
+                 f"If the change is intended, update this machine's baseline: pytest -m perf --perf-update-baselines -k '{CID}'"):
         assert part in slowed.stdout
 
     draft = recording_of_the_baseline(directory, directory / "draft.json",
@@ -193,7 +193,7 @@ def test_a_baseline_of_other_settings_is_refused(workspace):
     r = gate(matrix, directory, "-k", "tiny+draft")
     assert r.returncode == 1
     assert "the baseline was measured with other settings (max_new_tokens 64 there, 48 here)" in r.stdout
-    assert f"pytest -m perf --update-baselines -k '{CID}'" in r.stdout
+    assert f"pytest -m perf --perf-update-baselines -k '{CID}'" in r.stdout
 
 
 def test_a_baseline_of_the_other_thread_setting_is_refused(workspace):
@@ -226,8 +226,8 @@ def test_bad_baseline_file_is_a_clear_failure_and_left_unchanged(workspace):
     (["--perf-tolerance", "1.5"], "--perf-tolerance: 1.5: give a fraction between 0 and 1"),
     (["--perf-repeats", "1"], "--perf-repeats: 1: at least 2 rounds"),
     (["--perf-host-threshold", "0"], "--perf-host-threshold: 0.0: give a fraction above 0"),
-    (["--pair", "tiny+draf"], "--pair 'tiny+draf' has no perf combinations. Did you mean 'tiny+draft'?"),
-    (["--update-baselines", "--perf-plant-slowdown", "0.1"], "cannot be combined with --update-baselines"),
+    (["--perf-pair", "tiny+draf"], "--perf-pair 'tiny+draf' has no perf combinations. Did you mean 'tiny+draft'?"),
+    (["--perf-update-baselines", "--perf-plant-slowdown", "0.1"], "cannot be combined with --perf-update-baselines"),
 ])
 def test_bad_options_name_the_flag(measured, tmp_path, args, message):
     (tmp_path / "baselines").mkdir()  # an existing folder: each case meets only its own flag's check
@@ -289,7 +289,7 @@ def test_two_updates_at_once_both_keep_what_they_measured(measured, tmp_path):
     """Each update re-reads the file under its lock before it merges: neither loses the other's combination."""
     matrix, _, _ = measured
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    runs = [subprocess.Popen(gate_command(matrix, tmp_path, "-k", name, "--update-baselines"), stdout=subprocess.PIPE,
+    runs = [subprocess.Popen(gate_command(matrix, tmp_path, "-k", name, "--perf-update-baselines"), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
             for name in ("tiny+draft", "tiny+lookup")]
     outputs = [r.communicate(timeout=600)[0] for r in runs]
@@ -302,7 +302,7 @@ def test_a_report_folder_that_cannot_be_written_keeps_the_baseline(measured, tmp
     matrix, _, _ = measured
     blocked = tmp_path / "reports"
     blocked.write_text("a file where the report folder goes")
-    r = gate(matrix, tmp_path, "-k", "tiny+draft", "--update-baselines")
+    r = gate(matrix, tmp_path, "-k", "tiny+draft", "--perf-update-baselines")
     assert r.returncode == 1 and "Traceback" not in r.stdout + r.stderr, r.stdout[-3000:] + r.stderr[-2000:]
     assert "error: " in r.stdout and str(blocked) in r.stdout, r.stdout[-3000:]
     doc = json.loads(next((tmp_path / "baselines").glob("*.json")).read_text())

@@ -77,4 +77,4 @@ def test_a_baseline_of_the_other_setting_is_refused():
         check_placement("c", "one", {})
     assert str(err.value) == ("c: the baseline was measured with --perf-threads all, this run measures with "
                               "--perf-threads one, so its numbers are of other work. Measure it again: pytest -m perf "
-                              "--update-baselines -k 'c', or check with --perf-threads all")
+                              "--perf-update-baselines -k 'c', or check with --perf-threads all")

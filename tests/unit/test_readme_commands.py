@@ -55,8 +55,8 @@ def test_pytest_m_perf_from_the_repository_root():
 
 def test_space_separated_options_with_a_path_value(tmp_path):
     (tmp_path / "elsewhere").mkdir()
-    r = run("-m", "perf", "--baselines-dir", str(tmp_path / "elsewhere"), "--pair", "smollm2-135m+self",
-            "--platform", "cpu", "--collect-only", "-q")
+    r = run("-m", "perf", "--perf-baselines-dir", str(tmp_path / "elsewhere"), "--perf-pair", "smollm2-135m+self",
+            "--perf-platform", "cpu", "--collect-only", "-q")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ids = collected(r)
     assert ids and all("smollm2-135m+self:" in i and ":cpu:" in i for i in ids), ids
@@ -64,21 +64,35 @@ def test_space_separated_options_with_a_path_value(tmp_path):
 
 def test_a_mistyped_baselines_dir_is_a_usage_error(tmp_path):
     """Not a silent switch of every combination to the A/B gate."""
-    r = run("-m", "perf", "--baselines-dir", str(tmp_path / "baselnes"), "--collect-only", "-q")
-    assert r.returncode == 4 and "--baselines-dir" in r.stderr and "does not exist" in r.stderr, r.stderr[-2000:]
+    r = run("-m", "perf", "--perf-baselines-dir", str(tmp_path / "baselnes"), "--collect-only", "-q")
+    assert r.returncode == 4 and "--perf-baselines-dir" in r.stderr and "does not exist" in r.stderr, r.stderr[-2000:]
 
 
 def test_the_options_exist_wherever_pytest_starts(tmp_path):
     r = run("--help", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    for option in ("--baselines-dir", "--update-baselines", "--perf-undecided", "--perf-missing-baseline"):
+    for option in ("--perf-baselines-dir", "--perf-update-baselines", "--perf-pair", "--perf-platform",
+                   "--perf-undecided", "--perf-missing-baseline"):
         assert option in r.stdout
 
 
 def test_a_bad_option_value_names_the_flag():
-    r = run("-m", "perf", "--pair", "qwen-coder-1.5b+0.5", "--collect-only", "-q")
+    r = run("-m", "perf", "--perf-pair", "qwen-coder-1.5b+0.5", "--collect-only", "-q")
     assert r.returncode == 4
-    assert "--pair 'qwen-coder-1.5b+0.5' has no perf combinations. Did you mean 'qwen-coder-1.5b+0.5b'?" in r.stderr
+    assert "--perf-pair 'qwen-coder-1.5b+0.5' has no perf combinations. Did you mean 'qwen-coder-1.5b+0.5b'?" in r.stderr
+
+
+def test_the_old_spellings_still_work_and_name_their_new_one_once(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    r = run("-m", "perf", "--baselines-dir", str(tmp_path / "elsewhere"), "--pair", "smollm2-135m+self",
+            "--platform=cpu", "--collect-only", "-q")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ids = collected(r)
+    assert ids and all("smollm2-135m+self:" in i and ":cpu:" in i for i in ids), ids
+    for old, new in (("--baselines-dir", "--perf-baselines-dir"), ("--pair", "--perf-pair"),
+                     ("--platform", "--perf-platform")):
+        assert r.stdout.count(f"{old} is now {new}") == 1, r.stdout[-3000:]
+    assert "--update-baselines is now" not in r.stdout
 
 
 def readme_commands() -> list[str]:

@@ -26,7 +26,7 @@ from harness.core.registry import PACKAGE_DIR
 SCHEMA_VERSION = 3
 SCHEMA_PATH = PACKAGE_DIR.parent / "baselines" / "schema.json"
 DEFAULT_DIR = PACKAGE_DIR.parent / "baselines"
-UPDATE_COMMAND = "pytest -m perf --update-baselines"
+UPDATE_COMMAND = "pytest -m perf --perf-update-baselines"
 
 V1_BLOCK = 8  # the perf batch (rounds per block) that every version-1 file was measured with
 
@@ -265,7 +265,7 @@ def nearest(directory: Path, new: Mapping[str, Any], path: Path) -> Nearest | No
 
 
 def nearest_lines(directory: Path, new: Mapping[str, Any], path: Path, current_probe: Mapping[str, Any] | None) -> list[str]:
-    """What `--update-baselines` prints for a platform without a file yet: the nearest known
+    """What `--perf-update-baselines` prints for a platform without a file yet: the nearest known
     platform, why, the software and host-speed differences, and the new measurements against it."""
     near = nearest(directory, new, path)
     if near is None:

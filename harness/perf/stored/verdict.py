@@ -52,7 +52,7 @@ class Verdict:
                 lines.append("  " + d.describe())
         lines += [f"  note: {n}" for n in self.notes]
         lines.append(f"If the change is intended, update this machine's baseline: "
-                     f"pytest -m perf --update-baselines -k '{self.combination}' and commit {baseline_file}")
+                     f"pytest -m perf --perf-update-baselines -k '{self.combination}' and commit {baseline_file}")
         return "\n".join(lines)
 
 
@@ -81,7 +81,7 @@ def check_comparable(runner: Runner, baseline: dict[str, Any]) -> None:
     if differences:
         raise BaselineMismatchError(
             f"{combo.id}: the baseline was measured with other settings ({'; '.join(differences)}), so its "
-            f"numbers are of other work. Measure it again: pytest -m perf --update-baselines -k '{combo.id}'")
+            f"numbers are of other work. Measure it again: pytest -m perf --perf-update-baselines -k '{combo.id}'")
 
 
 def check_placement(combination: str, threads: str, baseline: dict[str, Any]) -> None:
@@ -93,7 +93,7 @@ def check_placement(combination: str, threads: str, baseline: dict[str, Any]) ->
         raise BaselineMismatchError(
             f"{combination}: the baseline was measured with {placement.OPTION} {there}, this run measures with "
             f"{placement.OPTION} {threads}, so its numbers are of other work. Measure it again: pytest -m perf "
-            f"--update-baselines -k '{combination}', or check with {placement.OPTION} {there}")
+            f"--perf-update-baselines -k '{combination}', or check with {placement.OPTION} {there}")
 
 
 def evaluate(runner: Runner, baseline: dict[str, Any]) -> Verdict:
