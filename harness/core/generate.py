@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
+from harness.core import timing
 from harness.core.decode import DecodeSettings
 from harness.core.record import GenerationResult
 
@@ -50,15 +51,22 @@ class StopOnSequences(StoppingCriteria):
 
 @dataclass
 class _LoopCounters:
-    forward_ends: list[float] = field(default_factory=list)
+    forwards: int = 0                    # the target's forward passes
+    first_forward_end: float | None = None  # the clock when the first one (prefill) finished
     drafted_per_step: list[int] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
 
 
 @contextlib.contextmanager
-def _instrumented(target: torch.nn.Module, counters: _LoopCounters) -> Iterator[None]:
-    """Count the target's forward passes (with their end times) and wrap the candidate generator."""
-    hook = target.register_forward_hook(lambda module, args, output: counters.forward_ends.append(time.perf_counter()))
+def _instrumented(target: torch.nn.Module, counters: _LoopCounters, clock: Callable[[], float]) -> Iterator[None]:
+    """Count the target's forward passes, read the clock when the first ends (the prefill: one device
+    synchronize on a GPU, not one per pass), and wrap the candidate generator."""
+    def forward_done(module: Any, args: Any, output: Any) -> None:
+        counters.forwards += 1
+        if counters.first_forward_end is None:
+            counters.first_forward_end = clock()
+
+    hook = target.register_forward_hook(forward_done)
     build = target._get_candidate_generator
 
     def build_counting(*args: Any, **kwargs: Any) -> Any:
@@ -146,14 +154,15 @@ def measure_generation(
         kwargs["stopping_criteria"] = StoppingCriteriaList([StopOnSequences(tokenizer, prompt_len, settings.stop_sequences)])
 
     counters = _LoopCounters()
+    clock = timing.device_clock(input_ids.device)  # on CUDA each read waits for the queued work
     torch.manual_seed(settings.seed)
-    with _instrumented(target, counters), torch.inference_mode():
-        cpu0, t0 = time.process_time(), time.perf_counter()
+    with _instrumented(target, counters, clock), torch.inference_mode():
+        cpu0, t0 = time.process_time(), clock()
         out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
-        t1, cpu1 = time.perf_counter(), time.process_time()
+        t1, cpu1 = clock(), time.process_time()
 
-    return _result(mode, prompt_len, out[0, prompt_len:].tolist(), t1 - t0, cpu1 - cpu0,
-                   (counters.forward_ends[0] - t0) if counters.forward_ends else t1 - t0, counters)
+    prefill_end = counters.first_forward_end if counters.first_forward_end is not None else t1
+    return _result(mode, prompt_len, out[0, prompt_len:].tolist(), t1 - t0, cpu1 - cpu0, prefill_end - t0, counters)
 
 
 def _result(mode: str, prompt_len: int, tokens: list[int], total_s: float, cpu_s: float, prefill_s: float,
@@ -163,7 +172,7 @@ def _result(mode: str, prompt_len: int, tokens: list[int], total_s: float, cpu_s
     result = GenerationResult(
         mode=mode, prompt_tokens=prompt_len, new_tokens=new_tokens, total_s=total_s,
         prefill_ms=prefill_s * 1000.0, time_per_token_ms=None, tokens_per_sec=None,
-        cpu_s=cpu_s, target_forwards=len(counters.forward_ends), tokens=tokens,
+        cpu_s=cpu_s, target_forwards=counters.forwards, tokens=tokens,
     )
     if mode != PLAIN:
         steps = counters.accepted_per_step

@@ -1,12 +1,13 @@
-"""The median time of repeated calls: the one timing loop behind the kernel table
-(harness/core/kernels.py), the step costs (harness/core/predict.py) and the host-speed probe
-(harness/core/hostspeed.py)."""
+"""Clocks: the median time of repeated calls (the one timing loop behind the kernel table
+harness/core/kernels.py, the step costs harness/core/predict.py and the host-speed probe
+harness/core/hostspeed.py), and a clock that waits for a device's queued work (generate.py)."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def median_seconds(fn: Callable[[], object], *, min_calls: int = 5, min_seconds: float = 0.0) -> float:
@@ -23,3 +24,18 @@ def median_seconds(fn: Callable[[], object], *, min_calls: int = 5, min_seconds:
         times.append(dt)
         spent += dt
     return statistics.median(times)
+
+
+def device_clock(device: Any) -> Callable[[], float]:
+    """time.perf_counter, read after `device` finished the work queued on it. A CUDA kernel launch
+    returns before the kernel ran, so a clock read that ends GPU work without a synchronize
+    measures launches; on a CPU the work is done when the call returns and nothing waits."""
+    if getattr(device, "type", device) != "cuda":
+        return time.perf_counter
+    import torch
+
+    def read() -> float:
+        torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    return read

@@ -133,3 +133,62 @@ def test_bad_calls_are_refused(target):
         measure_generation(target, torch.cat([prompt(), prompt()]), SETTINGS)
     with pytest.raises(ValueError, match="mode must be"):
         measure_generation(target, prompt(), SETTINGS, mode="beam")
+
+
+def test_a_cuda_clock_waits_for_the_device_before_each_read(monkeypatch):
+    """On a GPU a launch returns before the kernel ran: every clock read that ends GPU work must
+    synchronize first. A stand-in records the order of synchronizes and clock reads."""
+    from harness.core import timing
+
+    events: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(f"sync {device}"))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: events.append("read") or float(len(events)))
+    clock = timing.device_clock(torch.device("cuda", 0))
+    clock()
+    assert events == ["sync cuda:0", "read"]
+    assert timing.device_clock(torch.device("cpu")) is timing.time.perf_counter  # a CPU waits for nothing
+
+
+def test_a_generation_on_cuda_synchronizes_at_start_prefill_and_end_only(target, monkeypatch):
+    """The tiny model runs on the CPU with the clock a CUDA device would get: three synchronized
+    reads (start, the end of the first forward pass, the end), none per later forward pass."""
+    from harness.core import generate, timing
+
+    events: list[str] = []
+    cuda_clock = timing.device_clock(torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+    monkeypatch.setattr(generate.timing, "device_clock", lambda device: cuda_clock)
+    hook = target.register_forward_hook(lambda module, args, output: events.append("forward"))
+    try:
+        r = measure_generation(target, prompt(seed=6), SETTINGS)
+    finally:
+        hook.remove()
+    forwards = events.count("forward")
+    assert r.target_forwards == forwards > 3
+    assert events.count("sync") == 3
+    assert events[0] == "sync" and events[-1] == "sync"
+    first = events.index("forward")  # this test's hook runs first, then the harness's reads the prefill's end
+    assert events[first + 1] == "sync" and "sync" not in events[first + 2:-1]
+    assert 0 < r.prefill_ms < r.total_s * 1000
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuda: no CUDA device (torch.cuda.is_available() is False)")
+def test_on_a_gpu_the_prefill_holds_the_gpu_work_not_its_launch(target):
+    """A kernel of about 0.1 s queued inside the first forward pass: the prefill must hold it, which
+    it does only if the clock read at its end waited for the device."""
+    model = copy.deepcopy(target).to("cuda")
+    slept: list[bool] = []
+
+    def first_pass_queues_a_long_kernel(module, args) -> None:
+        if not slept:
+            slept.append(True)
+            torch.cuda._sleep(100_000_000)  # GPU cycles: about 0.05-0.1 s; returns at once on the host
+
+    hook = model.register_forward_pre_hook(first_pass_queues_a_long_kernel)
+    try:
+        r = measure_generation(model, prompt(seed=6), SETTINGS)
+    finally:
+        hook.remove()
+    assert r.prefill_ms > 20, r.prefill_ms
+    assert r.total_s * 1000 > r.prefill_ms
