@@ -9,6 +9,7 @@ validated at start-up; errors name the flag to fix.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 
 _STATE = pytest.StashKey[PerfSession]()
 _UNDO_SIGTERM = pytest.StashKey[Any]()
-_SKIPPED: set[str] = set()  # perf tests reported skipped in this process
+_SKIPPED: dict[str, str] = {}  # perf tests reported skipped in this process -> why
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -306,7 +307,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(f"reports: {config.getoption('perf_report_dir')}/"
                                     "{results.json, summary.md, speedup.png}")
     c = state.counts(len(_SKIPPED))
-    line = f"perf gate: {c['gated']} gated, {c['regressed']} regressed, {c['undecided']} undecided, {c['skipped']} skipped"
+    line = (f"perf gate: {c['gated']} gated, {c['regressed']} regressed, {c['undecided']} undecided, "
+            f"{c['skipped']} skipped{skip_reasons(_SKIPPED)}")
     if c["deferred"]:
         line += (f" ({c['deferred']} deferred: this host is not comparable with the baselines' host; "
                  f"gate them A/B: {host.AB_COMMAND})")
@@ -317,4 +319,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and "::test_perf[" in report.nodeid:
-        _SKIPPED.add(report.nodeid)
+        why = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _SKIPPED[report.nodeid] = str(why).removeprefix("Skipped: ")
+
+
+def skip_reasons(skipped: dict[str, str]) -> str:
+    """' (2 cuda: no CUDA device ..., 1 ...)': the skips counted by reason, most frequent first. A reason
+    loses the combination id it starts with; deferrals are left to the line's own deferred count."""
+    def reason(nodeid: str, why: str) -> str:
+        combo = nodeid.rsplit("::test_perf[", 1)[-1].rstrip("]")
+        return why.removeprefix(f"{combo}: ").split(". ")[0]  # its first sentence
+    counts = Counter(r for r in (reason(n, w) for n, w in skipped.items()) if not r.startswith("DEFERRED:"))
+    return f" ({', '.join(f'{n} {why}' for why, n in counts.most_common())})" if counts else ""
