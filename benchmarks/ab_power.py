@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.core import registry
+from harness.core import registry, termination
 from pytest_benchmark.utils import parse_compare_fail
 
 from harness.perf import replay
@@ -287,4 +287,5 @@ def compare_gates(done: list[dict], levels: list[float], settings: PerfSettings,
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with termination.sigterm_as_interrupt():  # a kill between or inside gates closes the workers as Ctrl-C does
+        sys.exit(main())

@@ -83,7 +83,7 @@ def reference_spellings(argv: list[str]) -> list[str]:
 
 
 def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
-    from harness.core import bench, report
+    from harness.core import bench, hostspeed, provenance, report
 
     if (args.temperature is not None or args.top_p is not None) and not args.do_sample:
         raise HarnessError("--temperature and --top-p apply to sampling; add --do-sample")
@@ -102,13 +102,16 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     print(report.machine_line(cfg), flush=True)
     if cfg.attention.note:
         print(cfg.attention.note, flush=True)
+    # where the results come from, the host probe measured before any model loads (about a second)
+    origin = provenance.collect(cfg.device, host_probe=hostspeed.measure() if cfg.device == "cpu" else None) \
+        if args.json else None
     result = bench.run_bench(matrix, cfg, progress=not args.no_progress)
     print()
     print(report.render_tables(result))
     print()
     print(report.render_summary(result))
     if args.json:
-        report.write_json(report.to_json(result, ["python", "-m", "harness", *sys.argv[1:]]), args.json)
+        report.write_json(report.to_json(result, ["python", "-m", "harness", *sys.argv[1:]], origin), args.json)
         print(f"results: {args.json}")
     if args.markdown:
         report.write_markdown(result, args.markdown)

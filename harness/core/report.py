@@ -18,10 +18,12 @@ from harness.core import jsonio
 from harness.core.bench import BenchConfig, BenchResult
 from harness.core.errors import ResultsError
 from harness.core.platform import detect
+from harness.core.provenance import Provenance
+from harness.core.provenance import collect as collect_provenance
 from harness.core.record import COLUMNS, Summary
 from harness.core.registry import PACKAGE_DIR
 
-RESULTS_SCHEMA_VERSION = 2  # 2: speedup_vs_reference per row and summary (--reference-precision)
+RESULTS_SCHEMA_VERSION = 3  # 2: speedup_vs_reference per row and summary; 3: provenance (harness/core/provenance.py)
 RESULTS_SCHEMA = PACKAGE_DIR / "schemas" / "bench-results.schema.json"
 
 def _table(headers: list[str], body: list[list[str]], markdown: bool) -> str:
@@ -105,7 +107,8 @@ def machine_line(cfg: BenchConfig) -> str:
     return line
 
 
-def to_json(result: BenchResult, command: list[str] | None = None) -> dict[str, Any]:
+def to_json(result: BenchResult, command: list[str] | None = None, origin: Provenance | None = None) -> dict[str, Any]:
+    """The results document; `origin`: where it was measured (collected now, without a host probe, if not given)."""
     from harness.core import capability
 
     cfg = result.config
@@ -122,6 +125,7 @@ def to_json(result: BenchResult, command: list[str] | None = None) -> dict[str, 
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": list(command if command is not None else sys.argv),
         "platform": detect(cfg.device).as_dict(),
+        "provenance": (origin or collect_provenance(cfg.device)).as_dict(),
         "pair": cfg.pair.name,
         "task": cfg.task,
         "target": result.target,
@@ -156,6 +160,8 @@ def read_json(path: Path) -> dict[str, Any]:
                            f"reads ({RESULTS_SCHEMA_VERSION}); upgrade the harness")
     if isinstance(doc, dict) and doc.get("schema_version") == 1:
         doc = _migrate_v1(doc)
+    if isinstance(doc, dict) and doc.get("schema_version") == 2:
+        doc = {**doc, "schema_version": 3, "provenance": None}  # measured before results recorded where from
     validate_results(doc, str(path))
     return doc
 

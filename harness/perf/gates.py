@@ -29,7 +29,8 @@ from harness.perf.ab.gate import ABGate, ABResult, ABSettings
 from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.outcome import Outcome
 from harness.perf.record import METRICS, ABDetail, CombinationResult, acceptance_rate
-from harness.perf.runner import LoadedPair, Runner, git_commit, load_pair, software_versions
+from harness.core.provenance import software_versions
+from harness.perf.runner import LoadedPair, Runner, git_commit, load_pair
 from harness.perf.stored import baselines, host, placement
 from harness.perf.stored.verdict import (BaselineMismatchError, Verdict, check_comparable, check_placement, confirm,
                                          evaluate)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness.core import hostspeed, locks, platform, registry, termination
+from harness.core import hostspeed, locks, platform, provenance, registry, termination
 from harness.core.errors import HarnessError, did_you_mean
 from harness.perf import replay
 from harness.perf.ab import duet, loadguard
@@ -256,7 +256,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if state.results:
             from harness.perf import report as perf_report
 
-            perf_report.write_all(state.results, Path(session.config.getoption("perf_report_dir")))
+            perf_report.write_all(state.results, Path(session.config.getoption("perf_report_dir")),
+                                  provenance.collect(host_probe=state.probe))  # the stored gate's probe, if taken
     except (HarnessError, OSError) as exc:
         state.update_lines.append(f"error: {exc}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -58,8 +58,10 @@ class Recording:
         except ReplayError as exc:
             raise ReplayError(f"--perf-replay {exc} (give the results.json of a perf run)") from None
         version = doc.get("schema_version") if isinstance(doc, dict) else None
-        if version != SCHEMA_VERSION:
-            raise ReplayError(f"--perf-replay {path}: schema_version {version!r}, this harness replays "
+        if version == 2:  # the same rounds, written before results recorded where they came from
+            doc = {**doc, "schema_version": SCHEMA_VERSION, "provenance": None}
+        elif version != SCHEMA_VERSION:
+            raise ReplayError(f"--perf-replay {path}: schema_version {version!r}, this harness replays 2 and "
                               f"{SCHEMA_VERSION} (a results.json of an older harness has no rounds to replay)")
         jsonio.validate(doc, SCHEMA, f"--perf-replay {path}", ReplayError,
                         hint="give the results.json of a perf run of this harness version")

@@ -12,13 +12,15 @@ from typing import Any
 from harness import __version__
 from harness.core import descriptive, jsonio
 from harness.core.errors import ResultsError
+from harness.core.provenance import Provenance
 from harness.core.registry import PACKAGE_DIR
 from harness.perf.outcome import Outcome
 from harness.perf.stored import host
 from harness.perf.record import CombinationResult
 
 SCHEMA = PACKAGE_DIR / "schemas" / "perf-results.schema.json"
-SCHEMA_VERSION = 2  # 2: one record per combination (harness/perf/record.py), rounds in place of per-metric lists
+SCHEMA_VERSION = 3  # 2: one record per combination (harness/perf/record.py), rounds in place of per-metric lists;
+#                    3: provenance (harness/core/provenance.py)
 HEADERS = ["Combination", "Plain tok/s", "Assisted tok/s", "Speedup", "Acceptance", "Rounds", "Verdict", "Detail"]
 
 
@@ -61,11 +63,12 @@ def summary_lines(results: list[CombinationResult]) -> list[str]:
     return [fmt(HEADERS), fmt(["-" * w for w in widths]), *(fmt(row) for row in rows)]
 
 
-def write_all(records: list[CombinationResult], directory: Path) -> None:
+def write_all(records: list[CombinationResult], directory: Path, origin: Provenance) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     results = [r.to_json() for r in records]
     doc = {"schema_version": SCHEMA_VERSION, "harness_version": __version__,
-           "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "results": results}
+           "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "provenance": origin.as_dict(), "results": results}
     jsonio.validate(doc, SCHEMA, f"perf results for {directory}", ResultsError)
     jsonio.atomic_write_text(directory / "results.json", jsonio.dumps(doc, str(directory), ResultsError))
     rows = [_row(r) for r in results]

@@ -10,13 +10,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import logging
-import subprocess
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness import __version__
-from harness.core import decode, descriptive, interleave, models, platform, prompts
+from harness.core import decode, descriptive, interleave, models, prompts, provenance
+from harness.core.provenance import software_versions
 from harness.core.decode import DecodeSettings
 from harness.core.generate import ASSISTED, PLAIN, measure_generation
 from harness.core.record import GenerationResult
@@ -168,14 +167,7 @@ class Runner:
         return record
 
 
-def software_versions() -> dict[str, str]:
-    """What a baseline record was measured with: harness/core/platform.py software() and the harness."""
-    return {**platform.software(), "harness": __version__}
-
-
 def git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    """HEAD's sha in 12 characters, as a baseline record keeps it (harness/core/provenance.py)."""
+    commit, _ = provenance.git_state()
+    return commit[:12] if commit else None

@@ -38,7 +38,12 @@ def test_bench_compare_on_tiny_local_models(tiny_matrix, tmp_path):
     assert "Summary (medians over prompts):" in r.stdout
     assert "assisted k=4: median" in r.stdout and "same tokens as plain on 3/3 prompts" in r.stdout
     doc = read_json(out)  # validated against the schema on read too
-    assert doc["schema_version"] == 2 and doc["pair"] == "tiny+draft"
+    assert doc["schema_version"] == 3 and doc["pair"] == "tiny+draft"
+    origin = doc["provenance"]  # the commit this test runs from, the machine, and the probe taken before the run
+    assert origin["commit"] == subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                              cwd=os.path.dirname(__file__)).stdout.strip()
+    assert origin["platform_id"] == doc["platform"]["id"] and origin["host_probe"]["rates"]["memory_gbs"] > 0
+    assert origin["software"]["torch"] == doc["platform"]["torch"] and isinstance(origin["dirty"], bool)
     assert [s["configuration"] for s in doc["summary"]] == ["plain", "assisted k=2", "assisted k=4"]
     assisted = [row for row in doc["rows"] if row["mode"] == "assisted"]
     assert all(row["same_tokens_as_plain"] for row in assisted)  # fp32: exact

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.core import hostspeed, platform, registry
+from harness.core import hostspeed, platform, provenance, registry
 from harness.core.errors import HarnessError, RegistryError
 from harness.perf import gates, plugin
 from harness.perf.stored import baselines
@@ -171,7 +171,7 @@ def test_a_host_far_from_the_baselines_host_is_deferred_not_passed(tmp_path):
     assert result.verdict == "deferred" and result.host["comparable"] is False
     assert session.counts() == {"gated": 0, "regressed": 0, "undecided": 0, "skipped": 0, "deferred": 1}
     assert any("not comparable: the stored gate defers to the A/B gate (`make perf-ab`)" in n for n in session.notes)
-    perf_report.write_all(session.results, tmp_path / "reports")  # validated against the results schema
+    perf_report.write_all(session.results, tmp_path / "reports", provenance.collect())  # validated by the schema
     row = perf_report.summary_lines(session.results)[2]
     assert "DEFERRED" in row and "than the baseline's host: gate it A/B (make perf-ab)" in row
     assert json.loads((tmp_path / "reports" / "results.json").read_text())["results"][0]["verdict"] == "deferred"

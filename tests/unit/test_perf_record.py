@@ -44,7 +44,7 @@ def a_round(**over) -> Round:
 
 
 def results_doc(*results: CombinationResult) -> dict:
-    return {"schema_version": report.SCHEMA_VERSION, "harness_version": "x", "created": "now",
+    return {"schema_version": report.SCHEMA_VERSION, "harness_version": "x", "created": "now", "provenance": None,
             "results": [r.to_json() for r in results]}
 
 
