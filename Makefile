@@ -10,6 +10,8 @@ TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 # A folder for JUnit XML, one file per pytest stage of make test (docs/ci.md). Empty: none.
 JUNIT_DIR   ?=
+# The run history (harness/history/store.py): bench and the merge gate append every run's measurements.
+HISTORY     ?= results/history.sqlite
 junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$(1).xml)
 PAIR        ?= qwen-coder-1.5b+0.5b
 SMOKE_PAIR  ?= smollm2-135m+self
@@ -33,7 +35,8 @@ fetch: setup
 
 # The default benchmark: plain and assisted decoding interleaved per prompt, with the speedup.
 bench: fetch
-	$(PY) -m harness bench --pair $(PAIR) --compare --json results/bench.json --markdown results/bench.md $(BENCH_ARGS)
+	$(PY) -m harness bench --pair $(PAIR) --compare --json results/bench.json --markdown results/bench.md \
+	    --history $(HISTORY) $(BENCH_ARGS)
 
 # This machine: CPU class and why, kernel costs at M = 1..8 tokens, the pair's predicted speedup (< 1 min).
 doctor: fetch
@@ -119,7 +122,8 @@ AB_MAX_ROUNDS ?= 16
 perf-ab: setup
 	$(foreach p,$(AB_PAIRS),$(PY) -m harness models fetch --pair $(p) &&) true
 	$(PY) -m pytest tests/perf -m "perf and not slow" $(foreach p,$(AB_PAIRS),--perf-pair $(p)) --perf-against $(AGAINST) \
-	    --perf-max-repeats $(AB_MAX_ROUNDS) --benchmark-disable $(call junit,perf-ab) $(PERF_ARGS)
+	    --perf-max-repeats $(AB_MAX_ROUNDS) --perf-history $(HISTORY) --benchmark-disable $(call junit,perf-ab) \
+	    $(PERF_ARGS)
 
 # Accuracy (tests/accuracy): greedy equivalence with near-tie triage, lossless sampling, HumanEval
 # pass@1 of the default pair on a fixed subset in the sandbox. CI-sized: a few minutes on 2 cores.

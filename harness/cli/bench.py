@@ -63,6 +63,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--platform", help="registry platform (cpu, cuda, ...); default cpu")
     b.add_argument("--json", type=Path, metavar="PATH", help="write results JSON (validated, atomic)")
     b.add_argument("--markdown", type=Path, metavar="PATH", help="write the tables as markdown")
+    b.add_argument("--history", type=Path, metavar="PATH",
+                   help="append this run's medians to the run history at PATH (SQLite, created if missing; "
+                        "default: $HARNESS_HISTORY if set)")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -84,6 +87,8 @@ def reference_spellings(argv: list[str]) -> list[str]:
 
 def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     from harness.core import bench, hostspeed, provenance, report
+    from harness.history import bench as history_bench
+    from harness.history import store as history_store
 
     if (args.temperature is not None or args.top_p is not None) and not args.do_sample:
         raise HarnessError("--temperature and --top-p apply to sampling; add --do-sample")
@@ -103,8 +108,9 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     if cfg.attention.note:
         print(cfg.attention.note, flush=True)
     # where the results come from, the host probe measured before any model loads (about a second)
+    history = args.history or history_store.default_path()
     origin = provenance.collect(cfg.device, host_probe=hostspeed.measure() if cfg.device == "cpu" else None) \
-        if args.json else None
+        if args.json or history else None
     result = bench.run_bench(matrix, cfg, progress=not args.no_progress)
     print()
     print(report.render_tables(result))
@@ -116,5 +122,10 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     if args.markdown:
         report.write_markdown(result, args.markdown)
         print(f"markdown: {args.markdown}")
+    if history and origin:
+        run = history_bench.run(result, origin)
+        run_id, new = history_store.append(history, run)
+        print(f"history: run {run_id} {'appended to' if new else 'already in'} {history} "
+              f"({len(run.measurements)} measurements)")
     return 0
 

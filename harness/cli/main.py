@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness.cli import bench, doctor, humaneval, models, reference, sandbox
+from harness.cli import bench, doctor, history, humaneval, models, reference, sandbox
 from harness.core import registry, termination
 from harness.core.errors import HarnessError
 
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     humaneval.add_parser(sub)
     sandbox.add_parser(sub)
     reference.add_parser(sub)
+    history.add_parser(sub)
     return p
 
 
@@ -73,4 +74,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         return sandbox.run(args)
     if args.command == "reference":
         return reference.run(args)
+    if args.command == "history":
+        return history.run(args)
     return models.run(matrix, args)

@@ -17,7 +17,8 @@ import pytest
 
 from harness.core import hostspeed, locks, platform, provenance, registry, termination
 from harness.core.errors import HarnessError, did_you_mean
-from harness.perf import replay
+from harness.history import store as history_store
+from harness.perf import replay, to_history
 from harness.perf.ab import duet, loadguard
 from harness.perf.combinations import combinations
 from harness.perf.gates import PerfSession, ab_trees
@@ -30,8 +31,8 @@ _UNDO_SIGTERM = pytest.StashKey[Any]()
 _SKIPPED: dict[str, str] = {}  # perf tests reported skipped in this process -> why
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    g = parser.getgroup("perf gate", "assisted-generation perf gate (harness/perf/plugin.py)")
+def _add_files_and_selection(g: Any) -> None:
+    """Which combinations run, and the files a session reads and writes."""
     g.addoption("--perf-baselines-dir", "--baselines-dir", dest="perf_baselines_dir",
                 default=str(baselines.DEFAULT_DIR), metavar="DIR",
                 help="folder of <platform-id>.json baselines (default: baselines/)")
@@ -41,6 +42,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="only these registry pairs (repeatable)")
     g.addoption("--perf-platform", "--platform", dest="perf_platform", action="append", default=[], metavar="NAME",
                 help="only these registry platforms (repeatable), e.g. cpu, cuda")
+    g.addoption("--perf-matrix", default=None, metavar="PATH", help="registry file (default: harness/matrix.toml)")
+    g.addoption("--perf-history", default=None, metavar="PATH",
+                help="append this session's measurements to the run history at PATH, an SQLite file created if "
+                     f"missing (default: ${history_store.ENV} if set, else no history)")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("perf gate", "assisted-generation perf gate (harness/perf/plugin.py)")
+    _add_files_and_selection(g)
     g.addoption("--perf-repeats", type=int, default=None, metavar="N",
                 help="rounds (interleaved plain/assisted samples) before the first decision")
     g.addoption("--perf-max-repeats", type=int, default=None, metavar="N",
@@ -85,7 +95,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="decide again from the rounds recorded in an earlier run's results.json (e.g. at another "
                      "--perf-tolerance), measuring nothing: A/B entries through the A/B gate, stored-gate entries "
                      "against the current baselines")
-    g.addoption("--perf-matrix", default=None, metavar="PATH", help="registry file (default: harness/matrix.toml)")
     g.addoption("--perf-against", default=None, metavar="REV",
                 help="A/B gate: measure the working tree against git revision REV (sha, branch, tag, HEAD~1, or "
                      "'reference': baselines/reference.json) in "
@@ -256,13 +265,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if state.results:
             from harness.perf import report as perf_report
 
-            perf_report.write_all(state.results, Path(session.config.getoption("perf_report_dir")),
-                                  provenance.collect(host_probe=state.probe))  # the stored gate's probe, if taken
+            origin = provenance.collect(host_probe=state.probe)  # the stored gate's probe, if taken
+            perf_report.write_all(state.results, Path(session.config.getoption("perf_report_dir")), origin)
+            _append_history(state, session.config, origin)
     except (HarnessError, OSError) as exc:
         state.update_lines.append(f"error: {exc}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     finally:
         state.held.close()  # the A/B gate's lock: the next gate on this repository may start
+
+
+def _append_history(state: PerfSession, config: pytest.Config, origin: provenance.Provenance) -> None:
+    """--perf-history: this session's runs appended to the history, one line each for the summary."""
+    option = config.getoption("perf_history")
+    path = Path(option) if option else history_store.default_path()
+    if path is None:
+        return
+    with history_store.Store(path) as store:
+        for run in to_history.runs(state.results, origin):
+            run_id, new = store.append(run)
+            state.note(f"history: {run.kind} run {run_id} {'appended to' if new else 'already in'} {path} "
+                       f"({len(run.measurements)} measurements)")
 
 
 def _write_baselines(state: PerfSession, exitstatus: int) -> None:

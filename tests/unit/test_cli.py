@@ -148,3 +148,20 @@ def test_parse_ks():
     assert parse_ks("6") == (6,)
     assert parse_ks("2-4,8") == (2, 3, 4, 8)
     assert parse_ks("3,3") == (3,)
+
+
+def test_bench_appends_its_medians_to_the_history(tiny_matrix, tmp_path):
+    from harness.history import store
+
+    history = tmp_path / "history.sqlite"
+    for _ in range(2):
+        r = cli("--matrix", str(tiny_matrix), "bench", "--no-progress", "-k", "2", "--limit", "2",
+                "--max-new-tokens", "8", "--history", str(history))
+        assert r.returncode == 0, r.stderr
+        assert f"appended to {history}" in r.stdout
+    with store.Store(history) as s:
+        assert s.runs() == 2  # two runs, two dates: both kept
+        points = s.series(metric="tokens_per_sec")
+    names = {p.measurement.combination for p in points}
+    assert names == {"bench:tiny+draft:fp32+fp32:decode:plain", "bench:tiny+draft:fp32+fp32:decode:assisted k=2"}
+    assert all(p.commit and p.platform_id and p.measurement.n == 2 and p.measurement.median > 0 for p in points)

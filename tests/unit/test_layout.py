@@ -15,10 +15,11 @@ HARNESS = REPO / "harness"
 # which rooms each room may import (itself always); quant/ is a sibling package any room may use
 ALLOWED = {
     "core": set(),
-    "perf": {"core"},
+    "history": {"core"},
+    "perf": {"core", "history"},
     "sandbox": {"core"},
     "accuracy": {"core", "sandbox"},
-    "cli": {"core", "perf", "sandbox", "accuracy"},
+    "cli": {"core", "history", "perf", "sandbox", "accuracy"},
 }
 MAX_FUNCTION_LINES = 60
 

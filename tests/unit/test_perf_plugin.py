@@ -58,9 +58,24 @@ def measured(tmp_path_factory):
     """Baselines of both tiny combinations, measured once: (matrix, folder, the update's output)."""
     root = tmp_path_factory.mktemp("perf")
     matrix = write_local_matrix(root)
-    update = gate(matrix, root, "--perf-update-baselines")
+    update = gate(matrix, root, "--perf-update-baselines", "--perf-history", str(root / "history.sqlite"))
     assert update.returncode == 0, update.stdout + update.stderr
     return matrix, root, update
+
+
+def test_a_session_appends_its_measurements_to_the_history(measured):
+    from harness.history import store
+
+    matrix, root, update = measured
+    assert f"history: perf-update run 1 appended to {root / 'history.sqlite'} (6 measurements)" in update.stdout
+    with store.Store(root / "history.sqlite") as s:
+        points = s.series()
+    assert {p.kind for p in points} == {"perf-update"} and {p.measurement.n for p in points} == {6}
+    combos = set(verdicts(root))  # the two combinations the update measured
+    assert len(combos) == 2 and CID in combos
+    assert {(p.measurement.combination, p.measurement.metric) for p in points} == {
+        (c, m) for c in combos for m in ("speedup", "assisted_tokens_per_sec", "plain_tokens_per_sec")}
+    assert all(p.commit and p.platform_id == platform.detect("cpu").id for p in points)
 
 
 @pytest.fixture()

@@ -1,0 +1,30 @@
+"""A bench run as a history run: per configuration, the medians over prompts that bench prints."""
+
+from __future__ import annotations
+
+from harness.core.bench import BenchResult
+from harness.core.provenance import Provenance
+from harness.history.store import Measurement, Run
+
+# Summary field -> the metric's name in the history (higher is better for each but none)
+METRICS = {"median_tokens_per_sec": "tokens_per_sec", "median_speedup": "speedup",
+           "acceptance_rate": "acceptance_rate", "mean_accepted_length": "mean_accepted_length",
+           "median_speedup_vs_reference": "speedup_vs_reference"}
+
+
+def series_name(result: BenchResult, configuration: str) -> str:
+    """The combination a bench configuration is stored under: bench:<pair>:<precisions>:<task>:<configuration>."""
+    cfg = result.config
+    precisions = f"{cfg.target_precision}+{cfg.draft_precision or cfg.assisted_mode}"
+    return f"bench:{cfg.pair.name}:{precisions}:{cfg.task}:{configuration}"
+
+
+def run(result: BenchResult, origin: Provenance) -> Run:
+    measurements = []
+    for s in result.summary:
+        for field, metric in METRICS.items():
+            value = getattr(s, field)
+            if value is not None:
+                measurements.append(Measurement(series_name(result, s.configuration), metric, float(value),
+                                                None, None, s.prompts, None))
+    return Run("bench", origin, tuple(measurements))
