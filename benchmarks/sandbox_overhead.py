@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-from harness.perf.errorrates import t_quantile
+from harness.perf.errorrates import geometric_interval
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -97,12 +96,11 @@ def main(argv=None) -> int:
     ref = arms[0][0]
     print(f"{'arm':24} {'median ms/program':>18} {'ratio to ' + ref:>16} {'95% interval':>18}")
     for label, _, backend in arms:
-        logs = [math.log(a / b) for a, b in zip(per_round[label], per_round[ref])]
-        mean = statistics.fmean(logs)
-        half = t_quantile(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-        interval = f"[{math.exp(mean - half):.3f}, {math.exp(mean + half):.3f}]" if label != ref else "(reference)"
-        print(f"{label + ' (' + backend + ')':24} {statistics.median(per_round[label]):18.1f} {math.exp(mean):16.3f} "
-              f"{interval:>18}")
+        ratios = [a / b for a, b in zip(per_round[label], per_round[ref])]
+        low, high = geometric_interval(ratios) or (1.0, 1.0)
+        interval = f"[{low:.3f}, {high:.3f}]" if label != ref else "(reference)"
+        print(f"{label + ' (' + backend + ')':24} {statistics.median(per_round[label]):18.1f} "
+              f"{statistics.geometric_mean(ratios):16.3f} {interval:>18}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"arms": args.arms, "programs": args.programs, "ms_per_program": per_round},

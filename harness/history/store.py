@@ -151,7 +151,7 @@ class Store:
         if self.db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
             log.warning("%s: no write-ahead log on this file system; concurrent readers wait for writers", self.path)
         while version < SCHEMA_VERSION:
-            with self._transaction():
+            with _Immediate(self.db):
                 if self.db.execute("PRAGMA user_version").fetchone()[0] != version:  # another process migrated
                     break
                 for statement in MIGRATIONS[version].split(";"):  # executescript would commit half-way
@@ -161,15 +161,12 @@ class Store:
             log.info("%s: history migrated to version %d", self.path, version + 1)
             version = self.db.execute("PRAGMA user_version").fetchone()[0]
 
-    def _transaction(self) -> "_Immediate":
-        return _Immediate(self.db)
-
     def append(self, run: Run) -> tuple[int, bool]:
         """(the run's id, whether it was new): one transaction, so a reader never sees half a run."""
         if run.kind not in KINDS:
             raise HistoryError(f"{self.path}: run kind {run.kind!r} is not one of {', '.join(KINDS)}")
         key, p = run.key(), run.provenance
-        with self._transaction():
+        with _Immediate(self.db):
             row = self.db.execute("SELECT id FROM runs WHERE key = ?", (key,)).fetchone()
             if row:
                 return row[0], False

@@ -1,4 +1,5 @@
-"""What both gates' statistics share: Student's t quantile and the Bonferroni split of an error
+"""What both gates' statistics share: Student's t quantile, the interval of a geometric mean, and the
+Bonferroni split of an error
 rate over several tests (metrics, combinations, looks at the data, directions).
 
 Bonferroni is conservative and holds whatever the correlation between the tests: the stored gate
@@ -8,12 +9,27 @@ directions, metrics, combinations and looks and its miss rate over looks (perf/a
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections.abc import Sequence
+
 
 def t_quantile(p: float, df: float) -> float:
     """The p quantile of Student's t with `df` degrees of freedom."""
     from scipy.stats import t
 
     return float(t.ppf(p, df))
+
+
+def geometric_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
+    """The `level` interval of the geometric mean of positive `values` (Student's t on their logs);
+    None with fewer than 2."""
+    if len(values) < 2:
+        return None
+    logs = [math.log(v) for v in values]
+    mean = statistics.fmean(logs)
+    half = t_quantile(0.5 + level / 2, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean - half), math.exp(mean + half)
 
 
 def split(rate: float, *counts: int) -> float:

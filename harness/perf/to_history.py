@@ -5,25 +5,15 @@ mean (Student's t on the logs), the number of rounds and the metric's verdict.""
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 
 from harness.core.provenance import Provenance
 from harness.history.store import Measurement, Run
-from harness.perf.errorrates import t_quantile
+from harness.perf.errorrates import geometric_interval
 from harness.perf.record import METRICS, CombinationResult
 
 KIND = {"stored": "perf-stored", "ab": "perf-ab", "update": "perf-update"}
-
-
-def interval(values: Sequence[float]) -> tuple[float | None, float | None]:
-    if len(values) < 2:
-        return None, None
-    logs = [math.log(v) for v in values]
-    half = t_quantile(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    mean = statistics.fmean(logs)
-    return math.exp(mean - half), math.exp(mean + half)
 
 
 def measurements(result: CombinationResult) -> list[Measurement]:
@@ -32,7 +22,7 @@ def measurements(result: CombinationResult) -> list[Measurement]:
         values = result.metric(metric)
         if not values:  # deferred: nothing measured
             continue
-        low, high = interval(values)
+        low, high = geometric_interval(values) or (None, None)
         verdict = result.decisions.get(metric, {}).get("verdict", result.verdict.value)
         out.append(Measurement(result.combination, metric, statistics.median(values), low, high, len(values),
                                str(verdict)))
