@@ -67,10 +67,10 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def combination(matrix: registry.Matrix, pair_name: str) -> Combination:
-    pair = matrix.pair(pair_name)
-    return Combination(pair=pair.name, target_precision=pair.target_precision, draft_precision=pair.draft_precision,
-                       platform="cpu", device="cpu", decoding="greedy", k=pair.num_assistant_tokens, mode=pair.mode)
+def combination(matrix: registry.Matrix, pair_name: str, settings: PerfSettings) -> Combination:
+    """The pair's choice for this CPU class as a greedy CPU perf combination."""
+    fields = {"pair": pair_name, "target_precision": None, "platform": "cpu", "decoding": "greedy", "k": None}
+    return Combination.from_request(matrix, fields, settings)
 
 
 def parse_level(text: str) -> tuple[str, float]:
@@ -169,8 +169,8 @@ def main(argv=None) -> int:
     noise = noise_pids()  # a noisy neighbour's load (benchmarks/noisy_host.py), counted as the gates' own
     args.condition = args.condition or ("noisy" if noise else "quiet")
     matrix = registry.load_matrix()
-    combo = combination(matrix, args.pair)
     settings = PerfSettings.from_matrix(matrix)
+    combo = combination(matrix, args.pair, settings)
     if args.max_rounds is not None:
         if args.max_rounds < settings.rounds:
             raise SystemExit(f"--max-rounds {args.max_rounds}: at least the first look's {settings.rounds} rounds")

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from harness.accuracy import equivalence as eq
-from harness.core import attention, decode, generate, interleave, models, prompts, registry
+from harness.core import attention, generate, interleave, models, prompts, registry, selection
 
 
-def measure(target, draft, plist, inputs, settings, implementations, precision) -> list[dict]:
+def measure(target, draft, plist, inputs, settings, k, implementations, precision) -> list[dict]:
     arms = [(impl, mode) for impl in implementations for mode in (generate.PLAIN, generate.ASSISTED)]
     runs: dict[tuple[str, str], list[generate.GenerationResult]] = {arm: [] for arm in arms}
 
@@ -32,7 +32,7 @@ def measure(target, draft, plist, inputs, settings, implementations, precision) 
         impl, mode = arm
         for m in (target.model, draft.model):
             m.set_attn_implementation(impl)
-        return generate.measure_generation(target.model, ids, s, mode=mode,
+        return generate.measure_generation(target.model, ids, s, mode=mode, k=k if mode == generate.ASSISTED else None,
                                            assistant=draft.model if mode == generate.ASSISTED else None)
 
     for impl in implementations:  # a compiled implementation (flex_attention) compiles here, not in a timed run
@@ -86,22 +86,23 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     matrix = registry.load_matrix()
-    pair = matrix.pair(args.pair or matrix.defaults.pair)
-    tp, dp = args.target_precision or pair.target_precision, args.draft_precision or pair.draft_precision
-    settings = decode.for_pair(pair, max_new_tokens=args.max_new_tokens, fixed_length=args.task == "benchmark")
+    sel = selection.resolve(matrix, selection.Request(
+        pair=args.pair, target_precision=args.target_precision, draft_precision=args.draft_precision, task=args.task,
+        max_new_tokens=args.max_new_tokens))
+    tp, dp, settings = sel.target.precision, sel.draft.precision, sel.decode
     start = time.perf_counter()
-    target, draft = models.load(matrix.model(pair.target), tp), models.load(matrix.model(pair.draft), dp)
-    ps = matrix.prompt_set_for(args.task, pair)
+    target, draft = models.load(sel.target.spec, tp), models.load(sel.draft.spec, dp)
+    ps = sel.prompt_set
     plist = prompts.load_prompts(ps, target.tokenizer, limit=args.prompts)
     inputs = [prompts.encode(p, target.tokenizer, chat_template=ps.chat_template) for p in plist]
-    rows = measure(target, draft, plist, inputs, settings, args.implementations, tp)
+    rows = measure(target, draft, plist, inputs, settings, sel.k, args.implementations, tp)
     print_table(rows)
-    print(f"\n({time.perf_counter() - start:.0f} s; pair {pair.name} {tp}+{dp}, K={pair.num_assistant_tokens}, "
+    print(f"\n({time.perf_counter() - start:.0f} s; pair {sel.pair} {sel.precisions}, K={sel.k}, "
           f"task {args.task}: {len(inputs)} prompts of {min(x.shape[1] for x in inputs)}-"
           f"{max(x.shape[1] for x in inputs)} tokens x {args.max_new_tokens} new tokens, greedy)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"pair": pair.name, "precisions": f"{tp}+{dp}", "task": args.task,
+        args.json.write_text(json.dumps({"pair": sel.pair, "precisions": sel.precisions, "task": args.task,
                                          "prompts": [p.id for p in plist], "rows": rows}, indent=2))
     return 0
 

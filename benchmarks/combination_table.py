@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from harness.accuracy import equivalence as eq
-from harness.core import decode, generate, interleave, models, prompts, registry
+from harness.core import generate, interleave, models, prompts, registry, selection
 
 TARGETS = ["bf16", "w8af32", "w8abf16", "w6a16", "w4abf16", "w4abf16-rtn"]
 DRAFTS = ["bf16", "w8af32-tensor", "w8af32", "w4abf16-rtn"]
@@ -37,10 +37,10 @@ def ratio(base: list[generate.GenerationResult], runs: list[generate.GenerationR
     return statistics.median(b.time_per_token_ms / r.time_per_token_ms for b, r in zip(base, runs))
 
 
-def measure_target(matrix, pair, t, reference, drafts, plist, inputs, settings, k, draft_vocab) -> list[dict]:
+def measure_target(sel, t, reference, drafts, plist, inputs, settings, k, draft_vocab) -> list[dict]:
     """One target precision: plain bf16, plain at `t` and assisted with each draft, interleaved per prompt."""
     print(f"loading target {t}", file=sys.stderr, flush=True)
-    target = reference if t == "bf16" else models.load(matrix.model(pair.target), t)
+    target = reference if t == "bf16" else models.load(sel.target.spec, t)
     arms = [("bf16", reference.model, None)] + ([(t, target.model, None)] if t != "bf16" else [])
     arms += [(f"{t}+{d}", target.model, drafts[d].model) for d in drafts]
     runs: dict[str, list[generate.GenerationResult]] = {name: [] for name, _, _ in arms}
@@ -48,7 +48,8 @@ def measure_target(matrix, pair, t, reference, drafts, plist, inputs, settings, 
     def run(arm, ids, s):
         name, model, draft = arm
         mode = generate.ASSISTED if draft is not None else generate.PLAIN
-        return generate.measure_generation(model, ids, s, mode=mode, assistant=draft)
+        return generate.measure_generation(model, ids, s, mode=mode, k=k if draft is not None else None,
+                                           assistant=draft)
 
     interleave.warm_up(arms, lambda arm, s: run(arm, inputs[0], s), settings)
     for i, ids in enumerate(inputs):
@@ -99,25 +100,25 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     matrix = registry.load_matrix()
-    pair = matrix.pair(args.pair or matrix.defaults.pair)
-    k = args.k or pair.num_assistant_tokens
-    settings = decode.for_pair(pair, max_new_tokens=args.max_new_tokens, num_assistant_tokens=k)
+    sel = selection.resolve(matrix, selection.Request(pair=args.pair, ks=(args.k,) if args.k else None,
+                                                      max_new_tokens=args.max_new_tokens, check_here=False))
+    k, settings = sel.k, sel.decode
     start = time.perf_counter()
-    reference = models.load(matrix.model(pair.target), "bf16")
-    ps = matrix.prompt_set(pair.prompt_set)
+    reference = models.load(sel.target.spec, "bf16")
+    ps = sel.prompt_set
     plist = prompts.load_prompts(ps, reference.tokenizer, limit=args.prompts)
     inputs = [prompts.encode(p, reference.tokenizer, chat_template=ps.chat_template) for p in plist]
-    drafts = {d: models.load(matrix.model(pair.draft), d, draft_vocab=args.draft_vocab) for d in args.drafts}
+    drafts = {d: models.load(sel.draft.spec, d, draft_vocab=args.draft_vocab) for d in args.drafts}
     rows = []
     for t in args.targets:
-        rows += measure_target(matrix, pair, t, reference, drafts, plist, inputs, settings, k, args.draft_vocab)
+        rows += measure_target(sel, t, reference, drafts, plist, inputs, settings, k, args.draft_vocab)
         gc.collect()
     print_table(rows)
-    print(f"\n({time.perf_counter() - start:.0f} s; pair {pair.name}, {len(inputs)} prompts x {args.max_new_tokens} "
+    print(f"\n({time.perf_counter() - start:.0f} s; pair {sel.pair}, {len(inputs)} prompts x {args.max_new_tokens} "
           f"new tokens, greedy, K={k}{f', draft vocabulary {args.draft_vocab}' if args.draft_vocab else ''})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"pair": pair.name, "k": k, "prompts": [p.id for p in plist],
+        args.json.write_text(json.dumps({"pair": sel.pair, "k": k, "prompts": [p.id for p in plist],
                                          "max_new_tokens": args.max_new_tokens, "rows": rows}, indent=2))
     return 0
 

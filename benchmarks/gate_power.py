@@ -37,9 +37,9 @@ from harness.perf.runner import PlantedSlowdown, Runner, load_pair
 
 
 def measure_pools(matrix, combo, settings, levels, pool, progress=True):
-    loaded = load_pair(matrix, combo)
+    loaded = load_pair(combo)
     slow = PlantedSlowdown(loaded.target.model)
-    runner = Runner(matrix, combo, loaded, settings)
+    runner = Runner(combo, loaded, settings)
     runner.warmup()
     pools = {lv: {"speedup": [], "assisted_tokens_per_sec": [], "plain_tokens_per_sec": [], "round_s": []}
              for lv in levels}
@@ -133,13 +133,12 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def combination(matrix, args):
-    """The pair at --precisions (default: the pair's own) as a greedy CPU perf combination."""
-    pair = matrix.pair(args.pair)
-    precisions = args.precisions or (pair.target_precision + (f"+{pair.draft_precision}" if pair.draft_precision else ""))
-    tp, _, dp = precisions.partition("+")
-    return Combination(pair=pair.name, target_precision=tp, draft_precision=dp or None, platform="cpu",
-                       device="cpu", decoding="greedy", k=pair.num_assistant_tokens, mode=pair.mode)
+def combination(matrix, args, settings):
+    """The pair at --precisions (default: its choice for this CPU class) as a greedy CPU perf combination."""
+    tp, _, dp = (args.precisions or "").partition("+")
+    fields = {"pair": args.pair, "target_precision": tp or None, "draft_precision": dp or None, "platform": "cpu",
+              "decoding": "greedy", "k": None}
+    return Combination.from_request(matrix, fields, settings)
 
 
 def pools_for(matrix, combo, settings, levels, args):
@@ -251,8 +250,8 @@ def parametric_table(rng, levels, pools, settings, args, round_s, table):
 def main(argv=None) -> int:
     args = parse_args(argv)
     matrix = registry.load_matrix()
-    combo = combination(matrix, args)
     settings = PerfSettings.from_matrix(matrix)
+    combo = combination(matrix, args, settings)
     levels = [float(x) for x in args.slowdowns.split(",")]
     if 0.0 not in levels:
         levels = [0.0] + levels

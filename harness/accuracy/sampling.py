@@ -64,13 +64,15 @@ class SamplingTest:
 
 
 def sample_tokens(target: torch.nn.Module, ids: torch.LongTensor, settings: DecodeSettings, n: int, *,
-                  assistant: torch.nn.Module | None = None, positions: int = 2, seed0: int = 0) -> list[tuple[int, ...]]:
-    """n samples of the first `positions` new tokens (seeds seed0 .. seed0+n-1)."""
+                  assistant: torch.nn.Module | None = None, k: int | None = None, positions: int = 2,
+                  seed0: int = 0) -> list[tuple[int, ...]]:
+    """n samples of the first `positions` new tokens (seeds seed0 .. seed0+n-1); `k`: the draft's K."""
     out = []
     for i in range(n):
         s = dataclasses.replace(settings, seed=seed0 + i, max_new_tokens=positions, min_new_tokens=positions,
                                 do_sample=True)
-        r = measure_generation(target, ids, s, mode=ASSISTED if assistant is not None else PLAIN, assistant=assistant)
+        r = measure_generation(target, ids, s, mode=ASSISTED if assistant is not None else PLAIN,
+                               k=k if assistant is not None else None, assistant=assistant)
         out.append(tuple(r.tokens[:positions]))
     return out
 

@@ -9,15 +9,26 @@ from pathlib import Path
 from harness.cli.options import float_in, int_in, parse_ks
 from harness.core import registry
 from harness.core.errors import HarnessError
+from harness.core.selection import Request
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="measure plain and assisted decoding (the reference's table)")
+def _what_runs(b: argparse.ArgumentParser) -> None:
+    """The pair, or models given by name or path (harness/core/selection.py resolves them)."""
     which = b.add_mutually_exclusive_group()
     which.add_argument("--pair", help="registry pair (default: the registry's defaults.pair); see `python -m harness pairs`")
     which.add_argument("--model-name", dest="model_name", metavar="NAME",
                        help="the reference example's spelling: one of its model names (CodeLlama-7b-hf, "
                             "llama-2-7b, ...) or a registry model; picks the pair whose target it is")
+    b.add_argument("--target", metavar="NAME_OR_PATH",
+                   help="the target model: a registry model, a Hugging Face model folder or a hub id, in place "
+                        "of the pair's (without --pair: precisions, K and prompts from the registry's defaults)")
+    b.add_argument("--draft", metavar="NAME_OR_PATH",
+                   help="the draft model, likewise (a --target without --draft runs plain against prompt lookup)")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    b = sub.add_parser("bench", help="measure plain and assisted decoding (the reference's table)")
+    _what_runs(b)
     b.add_argument("--task", choices=("decode", "benchmark", "benchmark_code"),
                    help="decode: the pair's prompt set; benchmark: fixed prompt lengths, exactly "
                         "--max-new-tokens new tokens; benchmark_code: HumanEval prompts")
@@ -93,25 +104,24 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     if (args.temperature is not None or args.top_p is not None) and not args.do_sample:
         raise HarnessError("--temperature and --top-p apply to sampling; add --do-sample")
     pair = matrix.pair_for_model_name(args.model_name).name if args.model_name else args.pair
-    cfg = bench.build_config(
-        matrix, pair or matrix.defaults.pair, task=args.task, mode=args.mode,
+    request = Request(
+        pair=pair, target=args.target, draft=args.draft, preset=args.preset, task=args.task,
         target_precision=args.target_precision, draft_precision=args.draft_precision,
-        reference_precision=args.reference_precision, preset=args.preset, draft_vocab=args.draft_vocab,
-        attention=args.attention, fast_attention=args.fast_attention, do_sample=args.do_sample,
-        temperature=args.temperature, top_p=args.top_p, seed=args.seed, ks=args.ks, schedule=args.schedule,
-        confidence_threshold=args.confidence_threshold, prompt_lookup=args.prompt_lookup,
-        max_new_tokens=args.max_new_tokens, repeats=args.repeats, limit=args.limit, platform=args.platform,
-    )
-    if args.draft_precision and cfg.draft_precision is None:
-        raise HarnessError("--draft-precision has no effect with prompt-lookup decoding (no draft model)")
+        reference_precision=args.reference_precision, draft_vocab=args.draft_vocab, ks=args.ks,
+        prompt_lookup=args.prompt_lookup, attention=args.attention, fast_attention=bool(args.fast_attention),
+        do_sample=bool(args.do_sample), temperature=args.temperature, top_p=args.top_p, seed=args.seed or 0,
+        schedule=args.schedule, confidence_threshold=args.confidence_threshold,
+        max_new_tokens=args.max_new_tokens, platform=args.platform)
+    cfg = bench.build_config(matrix, request, mode=args.mode or "compare", repeats=args.repeats, limit=args.limit)
     print(report.machine_line(cfg), flush=True)
-    if cfg.attention.note:
-        print(cfg.attention.note, flush=True)
+    if cfg.selection.attention.note:
+        print(cfg.selection.attention.note, flush=True)
     # where the results come from, the host probe measured before any model loads (about a second)
     history = args.history or history_store.default_path()
-    origin = provenance.collect(cfg.device, host_probe=hostspeed.measure() if cfg.device == "cpu" else None) \
+    device = cfg.selection.device
+    origin = provenance.collect(device, host_probe=hostspeed.measure() if device == "cpu" else None) \
         if args.json or history else None
-    result = bench.run_bench(matrix, cfg, progress=not args.no_progress)
+    result = bench.run_bench(cfg, progress=not args.no_progress)
     print()
     print(report.render_tables(result))
     print()

@@ -5,14 +5,13 @@ M = 1..8 tokens, and the speedup those costs predict for the pair (in under a mi
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from harness.core import registry
+from harness.core import registry, selection
 from harness.core.errors import HarnessError, UnknownNameError
 
 TOKENS = tuple(range(1, 9))
@@ -64,45 +63,41 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     from harness.core.platform import detect
 
     started = time.perf_counter()
-    pair = matrix.pair(args.pair or matrix.defaults.pair)
-    preset = pair.preset(args.preset, matrix.cpu_class) if args.preset else None
-    if preset:
-        pair = dataclasses.replace(pair, target_precision=preset.target_precision,
-                                   draft_precision=preset.draft_precision,
-                                   num_assistant_tokens=preset.num_assistant_tokens,
-                                   choice=f"preset {preset.name} for CPU class {preset.cpu_class}: {preset.why}")
+    # what the prediction runs: 48 greedy tokens of the pair's first decode prompt
+    sel = selection.resolve(matrix, selection.Request(pair=args.pair, preset=args.preset, task="decode",
+                                                      max_new_tokens=48, check_here=False))
     cap = capability.detect()
     plat = detect("cpu")
     precisions = [p.strip() for p in args.precisions.split(",")] if args.precisions else list(kernels.KERNEL)
     for p in precisions:
         if p not in kernels.KERNEL:
             raise UnknownNameError("precision", p, kernels.KERNEL, where="--precisions")
-    report: dict[str, Any] = {"platform": plat.as_dict(), "capability": cap.as_dict(), "pair": pair.name}
+    report: dict[str, Any] = {"platform": plat.as_dict(), "capability": cap.as_dict(), "pair": sel.pair,
+                              "selection": sel.as_dict()}
     _say(f"platform   {plat.id} ({plat.cpu_model}, {plat.cpu_count} cores, torch {plat.torch})")
     _say(f"CPU class  {cap.why}")
     _say(f"           {capability.DESCRIPTION[cap.name]}")
     _say(f"ISA flags  {' '.join(cap.flags) or '(none of those that matter)'}")
-    _say(f"pair       {pair.name}: target {pair.target_precision}"
-         + (f", draft {pair.draft_precision}" if pair.draft_precision else ", prompt lookup")
-         + f", K={pair.num_assistant_tokens}")
-    _say(f"           {pair.choice}")
+    _say(f"pair       {sel.pair}: target {sel.target.precision} ({sel.origin('target_precision')})"
+         + (f", draft {sel.draft.precision} ({sel.origin('draft_precision')})" if sel.draft else ", prompt lookup")
+         + f", K={sel.k} ({sel.origin('k')})")
+    for reason in sel.reasons:
+        _say(f"           {reason}")
 
-    target_spec = matrix.model(pair.target)
     try:
-        target_path = models.resolve_path(target_spec)
+        target_path = models.resolve_path(sel.target.spec)
     except HarnessError as exc:
         _say(f"\n(the pair's models are not here: {exc}; timing a 1536x8960 layer instead)")
         target_path = None
     shape = _largest_linear(target_path) if target_path else (1536, 8960)
     report["target_layer"] = _cost_table("target's largest linear layer", shape, precisions)
-    if pair.draft and target_path:
-        draft_shape = _largest_linear(models.resolve_path(matrix.model(pair.draft)))
+    if sel.draft and target_path:
+        draft_shape = _largest_linear(models.resolve_path(sel.draft.spec))
         report["draft_layer"] = _cost_table("draft's largest linear layer", draft_shape,
-                                            [p for p in precisions if p in (pair.draft_precision, "bf16", "fp32")])
+                                            [p for p in precisions if p in (sel.draft.precision, "bf16", "fp32")])
 
     if not args.no_models and target_path:
-        report["prediction"] = _predict(matrix, pair, preset.reference_precision if preset else None,
-                                        preset.draft_vocab if preset else None)
+        report["prediction"] = _predict(sel)
     _say(f"\ndoctor finished in {time.perf_counter() - started:.0f} s")
     if args.json:
         from harness.core import jsonio
@@ -112,18 +107,16 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     return 0
 
 
-def _predict(matrix: registry.Matrix, pair: registry.PairSpec, reference: str | None = None,
-             draft_vocab: int | None = None) -> dict[str, Any]:
-    """Step costs of the real pair and the speedup they predict for an acceptance measured here."""
-    from harness.core import decode, models, predict, prompts
+def _predict(sel: "selection.Selection") -> dict[str, Any]:
+    """Step costs of the selection's models and the speedup they predict for an acceptance measured here."""
+    from harness.core import models, predict, prompts
     from harness.core.generate import measure_generation
 
-    k = pair.num_assistant_tokens
-    _say(f"\nloading the pair (target {pair.target_precision}"
-         + (f", draft {pair.draft_precision})" if pair.draft else ")"))
-    target = models.load(matrix.model(pair.target), pair.target_precision)
-    draft = (models.load(matrix.model(pair.draft), pair.draft_precision, draft_vocab=draft_vocab)
-             if pair.draft and pair.draft_precision else None)
+    k = sel.k
+    _say(f"\nloading the pair (target {sel.target.precision}" + (f", draft {sel.draft.precision})" if sel.draft else ")"))
+    target = models.load(sel.target.spec, sel.target.precision)
+    draft = (models.load(sel.draft.spec, sel.draft.precision, draft_vocab=sel.draft.draft_vocab)
+             if sel.draft else None)
     by_k_costs = predict.measure(target.model, draft.model if draft else None, sorted({*range(1, 9), k}),
                                  min_seconds=0.2)
     costs = by_k_costs[k]
@@ -132,12 +125,9 @@ def _predict(matrix: registry.Matrix, pair: registry.PairSpec, reference: str | 
          f"K+1 = {k + 1} tokens {costs.verify_ms:.1f} ms (r = {costs.r:.2f})"
          + (f"; draft one token {costs.draft_ms:.1f} ms (c = {costs.c:.2f})" if draft else ""))
 
-    prompt_set = matrix.prompt_set_for("decode", pair)
-    first = prompts.load_prompts(prompt_set, target.tokenizer, limit=1)[0]
-    ids = prompts.encode(first, target.tokenizer, chat_template=prompt_set.chat_template)
-    settings = decode.for_pair(pair, max_new_tokens=48)
-    mode = "assisted" if draft else "prompt-lookup"
-    result = measure_generation(target.model, ids, settings, mode=mode,
+    first = prompts.load_prompts(sel.prompt_set, target.tokenizer, limit=1)[0]
+    ids = prompts.encode(first, target.tokenizer, chat_template=sel.prompt_set.chat_template)
+    result = measure_generation(target.model, ids, sel.decode, mode=sel.mode, k=k,
                                 assistant=draft.model if draft else None, tokenizer=target.tokenizer)
     e = result.mean_accepted_length or 1.0
     alpha = predict.alpha_for(e, k)
@@ -152,8 +142,9 @@ def _predict(matrix: registry.Matrix, pair: registry.PairSpec, reference: str | 
     _say("predicted by K (same alpha): " + "  ".join(f"K={kk} {v:.2f}x" for kk, v in by_k.items())
          + f"  -> best K={best}")
     against = None
-    if reference and reference != pair.target_precision:
-        ref = models.load(matrix.model(pair.target), reference)
+    reference = sel.reference_precision
+    if reference and reference != sel.target.precision:
+        ref = models.load(sel.target.spec, reference)
         ref_ms = predict.forward_ms(ref.model, 128, 1, min_seconds=0.2)
         del ref
         against = {"precision": reference, "target_ms": round(ref_ms, 3),

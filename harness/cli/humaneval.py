@@ -7,8 +7,8 @@ from pathlib import Path
 
 from harness.cli.options import float_in, int_in, int_list_in, name_list, sandbox_options
 from harness.core import models, registry
-from harness.core.errors import HarnessError
 from harness.core.progress import bar as progress_bar
+from harness.core.selection import Request, resolve
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -61,16 +61,12 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
 def humaneval_generate(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     from harness.accuracy import humaneval
 
-    if args.draft_precision and not args.assisted:
-        raise HarnessError("--draft-precision applies to --assisted-generation")
-    device = matrix.platform(args.platform).device
-    config = humaneval.build_generate_config(
-        matrix, args.pair or matrix.defaults.pair, assisted=args.assisted, target_precision=args.target_precision,
-        draft_precision=args.draft_precision, max_new_tokens=args.max_new_tokens,
-        num_assistant_tokens=args.num_assistant_tokens)
+    request = Request(pair=args.pair, target_precision=args.target_precision, draft_precision=args.draft_precision,
+                      ks=(args.num_assistant_tokens,) if args.num_assistant_tokens else None,
+                      max_new_tokens=args.max_new_tokens, platform=args.platform)
+    config = humaneval.build_generate_config(matrix, request, assisted=args.assisted)
     tasks = humaneval.select_tasks(humaneval.problems(), task_ids=args.task_ids, limit=args.limit)
-    s = humaneval.generate(matrix, config, args.out, task_ids=tasks, resume=not args.no_resume, device=device,
-                           progress=not args.no_progress)
+    s = humaneval.generate(config, args.out, task_ids=tasks, resume=not args.no_resume, progress=not args.no_progress)
     draft = f" + draft {config.draft_precision} K={config.num_assistant_tokens}" if config.mode == "assisted" else ""
     print(f"{s.out}: {s.tasks} tasks ({s.resumed} resumed), {config.pair} {config.mode} "
           f"(target {config.target_precision}{draft}), {s.new_tokens} new tokens in {s.generate_s:.1f} s: "
@@ -109,8 +105,10 @@ def humaneval_compare(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     from harness.accuracy import humaneval
     from harness.core import jsonio
 
-    def load_target(config: dict) -> models.LoadedModel:
-        return models.load(matrix.model(matrix.pair(config["pair"]).target), config["target_precision"])
+    def load_target(config: dict) -> models.LoadedModel:  # the target the samples files record
+        sel = resolve(matrix, Request(pair=config["pair"], target_precision=config["target_precision"],
+                                      given_by=f"{args.plain}'s settings"))
+        return models.load(sel.target.spec, sel.target.precision)
 
     bar = progress_bar(desc="compare", unit="task", enabled=not args.no_progress and args.triage)
 

@@ -20,6 +20,9 @@ from harness.core.errors import HarnessError
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
     p.add_argument("--matrix", type=Path, default=None, help="registry file (default: harness/matrix.toml)")
+    p.add_argument(registry.USER_REGISTRY_OPTION, dest="user_registry", type=Path, default=None, metavar="PATH",
+                   help="your own registry file merged over the packaged one: models, pairs, prompt sets, or single "
+                        f"values of existing ones (default: ${registry.USER_REGISTRY_ENV} if set; docs/adding.md)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
     bench.add_parser(sub)
@@ -63,7 +66,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     import transformers
 
     transformers.logging.set_verbosity_error()
-    matrix = registry.load_matrix(args.matrix)
+    matrix = registry.load_matrix(args.matrix, user=args.user_registry)
     if args.command == "bench":
         return bench.run(matrix, args)
     if args.command == "doctor":

@@ -72,18 +72,22 @@ def cmd_models_fetch(matrix: registry.Matrix, names: list[str], pairs: list[str]
 
 
 def cmd_pairs(matrix: registry.Matrix) -> int:
+    from harness.core.selection import Request, resolve
+
     print(f"(precisions and K as chosen for CPU class {matrix.cpu_class}: python -m harness doctor says why)")
     for p in matrix.pairs.values():
-        draft = f"draft {p.draft} ({p.draft_precision})" if p.draft else "prompt lookup"
+        sel = resolve(matrix, Request(pair=p.name, check_here=False))
+        draft = f"draft {sel.draft.name} ({sel.draft.precision})" if sel.draft else "prompt lookup"
         mark = " [default]" if p.name == matrix.defaults.pair else ""
-        print(f"{p.name}{mark}: target {p.target} ({p.target_precision}), {draft}, K={p.num_assistant_tokens}, "
-              f"prompts {p.prompt_set}" + (f"  tags: {','.join(p.tags)}" if p.tags else "")
-              + (f"  [{p.cpu_class} choice]" if p.cpu_class else ""))
+        print(f"{p.name}{mark}: target {sel.target.name} ({sel.target.precision}), {draft}, K={sel.k}, "
+              f"prompts {sel.prompt_set.name}" + (f"  tags: {','.join(p.tags)}" if p.tags else "")
+              + (f"  [{matrix.cpu_class} choice]" if sel.origin("k") == f"cpu-class {matrix.cpu_class}" else ""))
         for name, by_class in p.presets.items():
-            here = by_class.get(matrix.cpu_class)
-            said = (f"{here.precisions}, K={here.num_assistant_tokens}"
-                    + (f", against plain {here.reference_precision}" if here.reference_precision else "")
-                    if here else f"not measured on {matrix.cpu_class}")
+            said = f"not measured on {matrix.cpu_class}"
+            if matrix.cpu_class in by_class:
+                sel = resolve(matrix, Request(pair=p.name, preset=name, check_here=False))
+                said = (f"{sel.precisions}, K={sel.k}"
+                        + (f", against plain {sel.reference_precision}" if sel.reference_precision else ""))
             print(f"    --preset {name}: {said} (measured on: {', '.join(by_class)})")
     return 0
 

@@ -1,6 +1,6 @@
 """A benchmark run: plain and assisted decoding interleaved per prompt, K sweeps, repeats.
 
-Data flow: registry pair -> models (+quant) -> prompts -> generate.measure_generation per
+Data flow: selection (harness/core/selection.py) -> models (+quant) -> prompts -> generate.measure_generation per
 (prompt, configuration, repeat) -> per-prompt rows (medians) -> per-configuration summary.
 """
 
@@ -13,17 +13,15 @@ from typing import Any
 
 import torch
 
-from harness.core import decode, descriptive, interleave, models, predict, prompts
-from harness.core.attention import AttentionChoice
-from harness.core.attention import resolve as resolve_attention
-from harness.core.errors import HarnessError
+from harness.core import descriptive, interleave, models, predict, prompts
 from harness.core.decode import DecodeSettings
-from harness.core.generate import ASSISTED, PLAIN, PROMPT_LOOKUP, measure_generation
-from harness.core.platform import device_available
+from harness.core.errors import HarnessError
+from harness.core.generate import ASSISTED, PLAIN, measure_generation
 from harness.core.predict import StepCosts
 from harness.core.progress import bar as progress_bar
 from harness.core.record import GenerationResult, Row, Summary
-from harness.core.registry import Matrix, PairSpec, Preset
+from harness.core.registry import Matrix
+from harness.core.selection import Request, Selection, resolve
 
 log = logging.getLogger(__name__)
 
@@ -45,35 +43,26 @@ class Configuration:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    pair: PairSpec
-    task: str
+    """A bench run: the resolved selection (what runs: harness/core/selection.py) and how often."""
+
+    selection: Selection
     run_plain: bool
     run_assisted: bool
-    assisted_mode: str  # assisted | prompt-lookup
-    target_precision: str
-    draft_precision: str | None
-    ks: tuple[int, ...]
-    settings: DecodeSettings
     repeats: int = 1
     limit: int | None = None
-    device: str = "cpu"
-    reference_precision: str | None = None  # a second plain arm at this precision (None: none)
-    draft_vocab: int | None = None          # the draft scores only its N most frequent tokens
-    preset: Preset | None = None            # the --preset these settings came from
-    attention: AttentionChoice = AttentionChoice(None)  # target's and draft's attention (None: transformers' default)
 
     @property
     def reference(self) -> Configuration | None:
         """The plain arm at the reference precision, where one differs from the target's."""
-        rp = self.reference_precision
-        return Configuration(PLAIN, reference=rp) if rp and rp != self.target_precision else None
+        rp = self.selection.reference_precision
+        return Configuration(PLAIN, reference=rp) if rp and rp != self.selection.target.precision else None
 
     def configurations(self) -> list[Configuration]:
         configs = [Configuration(PLAIN)] if self.run_plain else []
         if self.reference:
             configs.append(self.reference)
         if self.run_assisted:
-            configs += [Configuration(self.assisted_mode, k) for k in self.ks]
+            configs += [Configuration(self.selection.mode, k) for k in self.selection.ks]
         return configs
 
 
@@ -93,55 +82,15 @@ class BenchResult:
         return costs.predict(s.mean_accepted_length) if costs and s.mean_accepted_length else None
 
 
-def build_config(matrix: Matrix, pair_name: str, **overrides: Any) -> BenchConfig:
-    """Registry values, then explicit overrides (None means 'not given')."""
-    pair = matrix.pair(pair_name)
-    o = {k: v for k, v in overrides.items() if v is not None}
-    preset = pair.preset(o["preset"], matrix.cpu_class) if "preset" in o else None
-    if preset:  # the preset fills what was not given explicitly
-        from_preset = {"target_precision": preset.target_precision, "draft_precision": preset.draft_precision,
-                       "ks": (preset.num_assistant_tokens,), "reference_precision": preset.reference_precision,
-                       "draft_vocab": preset.draft_vocab}
-        o = {**{k: v for k, v in from_preset.items() if v is not None}, **o}
-    prompt_lookup = o.get("prompt_lookup")
-    assisted_mode = PROMPT_LOOKUP if (pair.mode == PROMPT_LOOKUP or prompt_lookup) else ASSISTED
-    ks = tuple(o.get("ks") or ((prompt_lookup,) if prompt_lookup else (pair.num_assistant_tokens,)))
-    task = o.get("task", matrix.defaults.task)
-    stops = matrix.prompt_set_for(task, pair).stop_sequences
-    max_new = o.get("max_new_tokens", matrix.defaults.max_new_tokens)
-    settings = decode.for_pair(
-        pair, max_new_tokens=max_new, fixed_length=task == "benchmark", do_sample=o.get("do_sample", False),
-        temperature=o.get("temperature"), top_p=o.get("top_p"), seed=o.get("seed", 0), num_assistant_tokens=ks[0],
-        schedule=o.get("schedule"), confidence_threshold=o.get("confidence_threshold"),
-        prompt_lookup_ngram=matrix.defaults.prompt_lookup_ngram, stop_sequences=stops)
-    mode = o.get("mode", "compare")
-    draft_precision = None if assisted_mode == PROMPT_LOOKUP else o.get("draft_precision", pair.draft_precision)
-    if assisted_mode == ASSISTED and pair.draft is None:
-        raise HarnessError(f"pair {pair.name!r} has no draft model; use --prompt-lookup N or another pair")
-    device = matrix.platform(o.get("platform", "cpu")).device
-    if reason := device_available(device):
-        raise HarnessError(f"--platform {o.get('platform')}: {reason}")
-    target_precision = o.get("target_precision", pair.target_precision)
-    attention = resolve_attention(o.get("attention"), fast=o.get("fast_attention", False), device=device)
-    if device == "cpu":
-        _require_kernels({"--target-precision": target_precision, "--draft-precision": draft_precision,
-                          "--reference-precision": o.get("reference_precision")}, preset)
-    return BenchConfig(
-        pair=pair, task=task, run_plain=mode in ("compare", "plain"), run_assisted=mode in ("compare", "assisted"),
-        assisted_mode=assisted_mode, target_precision=target_precision,
-        draft_precision=draft_precision, ks=ks, settings=settings,
-        repeats=o.get("repeats", matrix.defaults.repeats), limit=o.get("limit"), device=device,
-        reference_precision=o.get("reference_precision"), preset=preset,
-        draft_vocab=o.get("draft_vocab") if draft_precision else None, attention=attention,
-    )
-
-
-def _require_kernels(options: dict[str, str | None], preset: Preset | None) -> None:
-    """Every precision the run needs has a kernel that runs on this CPU, checked before any model loads."""
-    source = f" (from --preset {preset.name})" if preset else ""
-    for option, precision in options.items():
-        if precision is not None:
-            models.require_kernel(precision, named_by=option, via=source)
+def build_config(matrix: Matrix, request: Request, *, mode: str = "compare", repeats: int | None = None,
+                 limit: int | None = None) -> BenchConfig:
+    """The selection (resolved once) and bench's own settings: which arms, repeats, a prompt limit."""
+    selection = resolve(matrix, request)
+    if mode != "plain" and selection.mode == ASSISTED and selection.draft is None:
+        raise HarnessError(f"pair {selection.pair!r} has no draft model; use --prompt-lookup N or another pair")
+    return BenchConfig(selection=selection, run_plain=mode in ("compare", "plain"),
+                       run_assisted=mode in ("compare", "assisted"),
+                       repeats=repeats or matrix.defaults.repeats, limit=limit)
 
 
 def _loaded_info(m: models.LoadedModel) -> dict[str, Any]:
@@ -150,48 +99,45 @@ def _loaded_info(m: models.LoadedModel) -> dict[str, Any]:
             "draft_head": m.draft_head, "attention": m.attention}
 
 
-def run_bench(matrix: Matrix, cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
-    attention = cfg.attention.implementation
-    target = models.load(matrix.model(cfg.pair.target), cfg.target_precision, cfg.device, attention=attention)
+def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
+    sel = cfg.selection
+    attention = sel.attention.implementation
+    target = models.load(sel.target.spec, sel.target.precision, sel.device, attention=attention)
     reference = None
     if cfg.reference:
         try:
-            reference = models.load(matrix.model(cfg.pair.target), cfg.reference.reference, cfg.device,
-                                    attention=attention)
+            reference = models.load(sel.target.spec, cfg.reference.reference, sel.device, attention=attention)
         except HarnessError as exc:
             raise HarnessError(f"--reference-precision {cfg.reference.reference}: {exc}") from None
     draft = None
-    if cfg.run_assisted and cfg.assisted_mode == ASSISTED:
-        assert cfg.pair.draft is not None and cfg.draft_precision is not None
-        draft = models.load(matrix.model(cfg.pair.draft), cfg.draft_precision, cfg.device, draft_vocab=cfg.draft_vocab,
+    if cfg.run_assisted and sel.draft is not None:
+        draft = models.load(sel.draft.spec, sel.draft.precision, sel.device, draft_vocab=sel.draft.draft_vocab,
                             attention=attention)
-    prompt_set = matrix.prompt_set_for(cfg.task, cfg.pair)
-    prompt_list = prompts.load_prompts(prompt_set, target.tokenizer, limit=cfg.limit)
-    encoded = [prompts.encode(p, target.tokenizer, chat_template=prompt_set.chat_template) for p in prompt_list]
+    prompt_list = prompts.load_prompts(sel.prompt_set, target.tokenizer, limit=cfg.limit)
+    encoded = [prompts.encode(p, target.tokenizer, chat_template=sel.prompt_set.chat_template) for p in prompt_list]
     configs = cfg.configurations()
 
     def run(config: Configuration, ids: torch.LongTensor, settings: DecodeSettings) -> GenerationResult:
-        s = dataclasses.replace(settings, num_assistant_tokens=config.k or settings.num_assistant_tokens)
         model = reference.model if (reference and config.reference) else target.model
-        return measure_generation(model, ids, s, mode=config.mode,
+        return measure_generation(model, ids, settings, mode=config.mode, k=config.k,
                                   assistant=draft.model if (draft and config.mode == ASSISTED) else None,
                                   tokenizer=target.tokenizer)
 
-    interleave.warm_up(configs, lambda config, settings: run(config, encoded[0], settings), cfg.settings)
+    interleave.warm_up(configs, lambda config, settings: run(config, encoded[0], settings), sel.decode)
     costs = {}
-    if draft is not None and cfg.device == "cpu":  # a few seconds: what predicts the speedup (python -m harness doctor)
-        costs = predict.measure(target.model, draft.model, cfg.ks, min_seconds=0.3)
-        for k in cfg.ks:
+    if draft is not None and sel.device == "cpu":  # a few seconds: what predicts the speedup (python -m harness doctor)
+        costs = predict.measure(target.model, draft.model, sel.ks, min_seconds=0.3)
+        for k in sel.ks:
             log.info("step costs at K=%d: target %.1f ms, %d tokens %.1f ms (r=%.2f), draft %.1f ms (c=%.2f)",
                      k, costs[k].target_ms, k + 1, costs[k].verify_ms, costs[k].r, costs[k].draft_ms, costs[k].c)
 
     samples: dict[tuple[int, Configuration], list[GenerationResult]] = {}
-    bar = progress_bar(total=len(encoded) * cfg.repeats * len(configs), desc=f"bench {cfg.pair.name}",
+    bar = progress_bar(total=len(encoded) * cfg.repeats * len(configs), desc=f"bench {sel.pair}",
                        unit="run", enabled=progress)
     for i, ids in enumerate(encoded):
         for r in range(cfg.repeats):
             for config in interleave.abba(configs, r):  # plain and assisted alternate within each prompt
-                result = run(config, ids, cfg.settings)
+                result = run(config, ids, sel.decode)
                 samples.setdefault((i, config), []).append(result)
                 bar.set_postfix_str(f"{prompt_list[i].id} {config.label} "
                                     f"{result.tokens_per_sec or 0:.1f} tok/s")

@@ -94,16 +94,17 @@ def _instrumented(target: torch.nn.Module, counters: _LoopCounters, clock: Calla
         del target._get_candidate_generator  # the instance attribute; the class method is back
 
 
-def reset_assistant(assistant: torch.nn.Module, settings: DecodeSettings) -> None:
+def reset_assistant(assistant: torch.nn.Module, settings: DecodeSettings, k: int) -> None:
     """transformers keeps the adaptive K and confidence threshold on the assistant's generation
     config from one call to the next; every measured run starts from the configured values."""
     gc = assistant.generation_config
-    gc.num_assistant_tokens = settings.num_assistant_tokens
+    gc.num_assistant_tokens = k
     gc.num_assistant_tokens_schedule = settings.schedule
     gc.assistant_confidence_threshold = settings.confidence_threshold
 
 
-def generation_config(target: torch.nn.Module, settings: DecodeSettings, mode: str) -> GenerationConfig:
+def generation_config(target: torch.nn.Module, settings: DecodeSettings, mode: str,
+                      k: int | None = None) -> GenerationConfig:
     """A complete, explicit config: nothing is inherited from the checkpoint's sampling defaults."""
     base = target.generation_config
     eos = base.eos_token_id if base.eos_token_id is not None else target.config.eos_token_id
@@ -121,7 +122,7 @@ def generation_config(target: torch.nn.Module, settings: DecodeSettings, mode: s
         use_cache=True,
     )
     if mode == PROMPT_LOOKUP:
-        gc.prompt_lookup_num_tokens = settings.num_assistant_tokens
+        gc.prompt_lookup_num_tokens = k
         gc.max_matching_ngram_size = settings.prompt_lookup_ngram
     return gc
 
@@ -132,21 +133,25 @@ def measure_generation(
     settings: DecodeSettings,
     *,
     mode: str = PLAIN,
+    k: int | None = None,
     assistant: torch.nn.Module | None = None,
     tokenizer: Any = None,
 ) -> GenerationResult:
-    """Run one `generate` (batch size 1) and measure it."""
+    """Run one `generate` (batch size 1) and measure it; `k`: the tokens drafted (or looked up)
+    per step, for the assisted modes only (a selection's K: harness/core/selection.py)."""
     if mode not in (PLAIN, ASSISTED, PROMPT_LOOKUP):
         raise ValueError(f"mode must be one of plain, assisted, prompt-lookup; got {mode!r}")
+    if (mode != PLAIN) != (k is not None):
+        raise ValueError(f"K is given for the assisted modes, and only for them (mode {mode!r}, k {k!r})")
     if (mode == ASSISTED) != (assistant is not None):
         raise ValueError("an assistant model is needed for mode 'assisted', and only for it")
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids must have shape (1, prompt_len); got {tuple(input_ids.shape)}")
     input_ids = input_ids.to(target.device)
     prompt_len = input_ids.shape[1]
-    kwargs: dict[str, Any] = {"generation_config": generation_config(target, settings, mode)}
+    kwargs: dict[str, Any] = {"generation_config": generation_config(target, settings, mode, k)}
     if assistant is not None:
-        reset_assistant(assistant, settings)
+        reset_assistant(assistant, settings, k)
         kwargs["assistant_model"] = assistant
     if settings.stop_sequences:
         if tokenizer is None:

@@ -110,9 +110,15 @@ def validate(doc: Any, schema_path: Path, source: str, error: type[HarnessError]
              sep: str = "/") -> None:
     """Check `doc` against the schema file; the first problem (by path) becomes one `error` line that
     names `source` and where in the document, joined with `sep` ('.' for TOML keys)."""
+    problem = first_problem(doc, schema_path)
+    if problem:
+        keys, message, count = problem
+        where = sep.join(str(p) for p in keys) or "(top level)"
+        more = f" (and {count - 1} more)" if count > 1 else ""
+        raise error(f"{source}: {where}: {message}{more}" + (f". {hint}" if hint else ""))
+
+
+def first_problem(doc: Any, schema_path: Path) -> tuple[list[Any], str, int] | None:
+    """(the path of the first problem by path, its message, how many problems) or None if valid."""
     errors = sorted(_validator(Path(schema_path)).iter_errors(doc), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = errors[0]
-        where = sep.join(str(p) for p in err.absolute_path) or "(top level)"
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise error(f"{source}: {where}: {err.message}{more}" + (f". {hint}" if hint else ""))
+    return (list(errors[0].absolute_path), errors[0].message, len(errors)) if errors else None

@@ -5,9 +5,11 @@ Nothing here touches the network or a model: it only reads and checks data.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 
@@ -19,6 +21,8 @@ DEFAULT_MATRIX = PACKAGE_DIR / "matrix.toml"
 CHOSEN = "chosen"  # in perf.combinations.precisions: the pair's precisions for this machine's CPU class
 # (a preset name there, e.g. "fastest", is the pair's preset for this machine's CPU class)
 MATRIX_SCHEMA = PACKAGE_DIR / "schemas" / "matrix.schema.json"
+USER_REGISTRY_ENV = "HARNESS_USER_REGISTRY"   # a user registry merged over the packaged one (load_matrix)
+USER_REGISTRY_OPTION = "--user-registry"
 
 
 def _matrix_schema() -> dict[str, Any]:
@@ -75,13 +79,24 @@ class Preset:
     why: str
     draft_vocab: int | None = None   # the draft scores only its N most frequent tokens (harness/core/drafthead.py)
 
-    @property
-    def precisions(self) -> str:
-        return self.target_precision + (f"+{self.draft_precision}" if self.draft_precision else "")
+
+
+@dataclass(frozen=True)
+class ClassChoice:
+    """A pair's precisions and K measured best on one CPU class (pairs.NAME.per_cpu_class.CLASS)."""
+
+    cpu_class: str
+    target_precision: str | None
+    draft_precision: str | None
+    num_assistant_tokens: int | None
+    why: str
 
 
 @dataclass(frozen=True)
 class PairSpec:
+    """A pair as its registry table writes it; harness/core/selection.py applies the CPU class's
+    choice, a preset and the request to it."""
+
     name: str
     target: str
     draft: str | None
@@ -89,20 +104,15 @@ class PairSpec:
     target_precision: str
     draft_precision: str | None
     num_assistant_tokens: int
-    schedule: str
-    confidence_threshold: float
+    schedule: str | None  # None: the registry's defaults
+    confidence_threshold: float | None
     prompt_set: str
     description: str = ""
     tags: tuple[str, ...] = ()
-    cpu_class: str | None = None   # the CPU class whose choice was applied (None: the pair's own settings)
-    choice: str = ""               # one line: where target/draft precision and K come from, and why
+    per_cpu_class: dict[str, ClassChoice] = field(default_factory=dict, compare=False, hash=False)
     presets: dict[str, dict[str, Preset]] = field(default_factory=dict, compare=False, hash=False)
     reference_names: tuple[str, ...] = ()  # the reference example's --model_name values for this pair
     path: Path | None = field(default=None, compare=False, hash=False)  # the registry file (for errors)
-
-    @property
-    def precisions(self) -> str:
-        return self.target_precision + (f"+{self.draft_precision}" if self.draft_precision else "")
 
     def preset(self, name: str, cpu_class: str) -> Preset:
         """The preset `name` as measured on `cpu_class`; a one-line error names what exists."""
@@ -148,6 +158,11 @@ class Defaults:
     schedule: str
     confidence_threshold: float
     prompt_lookup_ngram: int
+    # for models given without a pair (bench --target PATH); absent: the request must give them
+    target_precision: str | None = None
+    draft_precision: str | None = None
+    num_assistant_tokens: int | None = None
+    prompt_set: str | None = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +176,12 @@ class Matrix:
     tasks: dict[str, str] = field(default_factory=dict)
     cpu_class: str = "generic"  # the class whose per-pair choices were applied (harness/core/capability.py)
     perf: dict[str, Any] = field(default_factory=dict)  # the perf gate's table; expanded by harness/perf/combinations.py
+    user: Path | None = None  # the user registry merged over `path`
+    owners: dict[str, Path] = field(default_factory=dict)  # "pairs.NAME", ... -> the user registry that wrote it
+
+    def file_of(self, table: str, name: str) -> Path:
+        """The file an entry comes from (errors name it)."""
+        return self.owners.get(f"{table}.{name}", self.path)
 
     def model(self, name: str) -> ModelSpec:
         return _lookup("model", name, self.models, self.path)
@@ -188,10 +209,9 @@ class Matrix:
     def prompt_set(self, name: str) -> PromptSetSpec:
         return _lookup("prompt set", name, self.prompt_sets, self.path)
 
-    def prompt_set_for(self, task: str, pair: PairSpec) -> PromptSetSpec:
-        """The prompt set a task runs on: 'pair' means the pair's own decode set."""
-        name = _lookup("task", task, self.tasks, self.path)
-        return self.prompt_set(pair.prompt_set if name == "pair" else name)
+    def task_prompt_set(self, task: str) -> str:
+        """The prompt set a task runs on: a prompt set's name, or 'pair' for the pair's own decode set."""
+        return _lookup("task", task, self.tasks, self.path)
 
     def models_of(self, pair: PairSpec) -> list[ModelSpec]:
         names = [pair.target] + ([pair.draft] if pair.draft and pair.draft != pair.target else [])
@@ -205,36 +225,82 @@ def _lookup(kind: str, name: str, table: dict[str, Any], path: Path) -> Any:
         raise UnknownNameError(kind, name, table, where=str(path)) from None
 
 
-def load_matrix(path: str | Path | None = None, cpu_class: str | None = None) -> Matrix:
+def load_matrix(path: str | Path | None = None, cpu_class: str | None = None,
+                user: str | Path | None = None) -> Matrix:
     """Read, schema-check and cross-check the registry. Errors name the file and the key.
 
-    Each pair's precisions and K are those its `per_cpu_class` table chooses for `cpu_class`
-    (default: this process's class, harness.core.capability.detect())."""
+    `user`: a user registry merged over it (default: $HARNESS_USER_REGISTRY if set): its tables
+    are merged key by key into the packaged ones (a new model or pair, or one value of an
+    existing pair), its arrays replace theirs, and its relative paths are relative to itself.
+    `cpu_class` is the class whose per-pair choices harness/core/selection.py applies (default:
+    this process's class, harness.core.capability.detect())."""
     path = Path(path) if path else DEFAULT_MATRIX
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RegistryError(f"{path}: registry file not found") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise RegistryError(f"{path}: not valid TOML: {exc}") from None
-
+    raw = _read_toml(path, "registry file")
+    user_path = Path(user) if user else (Path(os.environ[USER_REGISTRY_ENV]) if os.environ.get(USER_REGISTRY_ENV)
+                                         else None)
+    owners: dict[str, Path] = {}
+    if user_path is not None:
+        extra = _read_toml(user_path, f"user registry ({USER_REGISTRY_OPTION} or ${USER_REGISTRY_ENV})")
+        raw = _merged(raw, extra)
+        owners = {f"{table}.{name}": user_path for table, entries in extra.items() if isinstance(entries, dict)
+                  for name in entries}
+        owners.update({table: user_path for table in extra})
+        problem = jsonio.first_problem(raw, MATRIX_SCHEMA)
+        if problem:
+            keys, message, count = problem
+            where = ".".join(str(k) for k in keys) or "(top level)"
+            source = user_path if _has(extra, keys) else path
+            raise RegistryError(f"{source}: {where}: {message}" + (f" (and {count - 1} more)" if count > 1 else ""))
     jsonio.validate(raw, MATRIX_SCHEMA, str(path), RegistryError, sep=".")
+
+    def file_of(table: str, name: str) -> Path:
+        return owners.get(f"{table}.{name}", path)
 
     d = raw["defaults"]
     defaults = Defaults(**d)
-    models = {name: _model_spec(name, m, path.parent) for name, m in raw["models"].items()}
+    models = {name: _model_spec(name, m, file_of("models", name).parent) for name, m in raw["models"].items()}
     if cpu_class is None:
         cpu_class = capability.detect().name
     elif cpu_class not in capability.CLASSES:
         raise UnknownNameError("CPU class", cpu_class, capability.CLASSES, where=str(path))
-    _check_cpu_classes(raw["pairs"], path)
-    pairs = {name: _pair_spec(name, p, defaults, cpu_class, path) for name, p in raw["pairs"].items()}
+    _check_cpu_classes(raw["pairs"], file_of)
+    pairs = {name: _pair_spec(name, p, file_of("pairs", name)) for name, p in raw["pairs"].items()}
     platforms = {name: PlatformSpec(name=name, device=p["device"]) for name, p in raw["platforms"].items()}
-    prompt_sets = {name: _prompt_set_spec(name, s, path.parent) for name, s in raw["prompt_sets"].items()}
+    prompt_sets = {name: _prompt_set_spec(name, s, file_of("prompt_sets", name).parent)
+                   for name, s in raw["prompt_sets"].items()}
     matrix = Matrix(path=path, defaults=defaults, models=models, pairs=pairs, platforms=platforms,
-                    prompt_sets=prompt_sets, tasks=dict(raw["tasks"]), cpu_class=cpu_class, perf=raw["perf"])
+                    prompt_sets=prompt_sets, tasks=dict(raw["tasks"]), cpu_class=cpu_class, perf=raw["perf"],
+                    user=user_path, owners=owners)
     _cross_check(matrix)
     return matrix
+
+
+def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RegistryError(f"{path}: {what} not found") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RegistryError(f"{path}: not valid TOML: {exc}") from None
+
+
+def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`extra` over `base`: tables merged key by key, everything else (arrays included) replaced."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _has(doc: Any, keys: list[Any]) -> bool:
+    """Whether `doc` holds the path `keys` (as far as its tables go): the user file wrote that key."""
+    for key in keys:
+        if not isinstance(doc, dict):
+            return True
+        if key not in doc:
+            return False
+        doc = doc[key]
+    return True
 
 
 def _model_spec(name: str, m: dict[str, Any], base: Path) -> ModelSpec:
@@ -250,8 +316,9 @@ def _model_spec(name: str, m: dict[str, Any], base: Path) -> ModelSpec:
                      path=path if path.is_absolute() else base / path)
 
 
-def _check_cpu_classes(pairs: dict[str, Any], path: Path) -> None:
+def _check_cpu_classes(pairs: dict[str, Any], file_of: Callable[[str, str], Path]) -> None:
     for name, p in pairs.items():
+        path = file_of("pairs", name)
         tables = [("per_cpu_class", p.get("per_cpu_class", {}))]
         tables += [(f"presets.{preset}", by_class) for preset, by_class in p.get("presets", {}).items()]
         for key, table in tables:
@@ -273,32 +340,24 @@ def _check_cpu_classes(pairs: dict[str, Any], path: Path) -> None:
                                             "(the pair has a draft model)")
 
 
-def _pair_spec(name: str, p: dict[str, Any], defaults: Defaults, cpu_class: str, path: Path) -> PairSpec:
-    per_class = p.get("per_cpu_class", {})
-    chosen = per_class.get(cpu_class)
-    if chosen:
-        choice = f"{cpu_class} choice ({name}.per_cpu_class.{cpu_class}): {chosen['why']}"
-    elif per_class:
-        choice = (f"no {cpu_class} entry for {name} (has: {', '.join(per_class)}): the pair's own settings, "
-                  "not measured on this class")
-    else:
-        choice = "the pair's own settings"
-    chosen = chosen or {}
+def _pair_spec(name: str, p: dict[str, Any], path: Path) -> PairSpec:
     return PairSpec(
         name=name,
         target=p["target"],
         draft=p.get("draft"),
         mode=p.get("mode", "assisted"),
-        target_precision=chosen.get("target_precision", p["target_precision"]),
-        draft_precision=chosen.get("draft_precision", p.get("draft_precision")),
-        num_assistant_tokens=chosen.get("num_assistant_tokens", p["num_assistant_tokens"]),
-        schedule=p.get("schedule", defaults.schedule),
-        confidence_threshold=p.get("confidence_threshold", defaults.confidence_threshold),
+        target_precision=p["target_precision"],
+        draft_precision=p.get("draft_precision"),
+        num_assistant_tokens=p["num_assistant_tokens"],
+        schedule=p.get("schedule"),
+        confidence_threshold=p.get("confidence_threshold"),
         prompt_set=p["prompt_set"],
         description=p.get("description", ""),
         tags=tuple(p.get("tags", ())),
-        cpu_class=cpu_class if p.get("per_cpu_class") else None,
-        choice=choice,
+        per_cpu_class={cls: ClassChoice(cpu_class=cls, target_precision=v.get("target_precision"),
+                                        draft_precision=v.get("draft_precision"),
+                                        num_assistant_tokens=v.get("num_assistant_tokens"), why=v["why"])
+                       for cls, v in p.get("per_cpu_class", {}).items()},
         presets={preset: {cls: Preset(name=preset, cpu_class=cls, target_precision=v["target_precision"],
                                       draft_precision=v.get("draft_precision"),
                                       num_assistant_tokens=v["num_assistant_tokens"],
@@ -326,18 +385,20 @@ def _prompt_set_spec(name: str, s: dict[str, Any], base: Path) -> PromptSetSpec:
 
 def _cross_check(matrix: Matrix) -> None:
     """References between tables must resolve; errors name the referring key."""
-    where = matrix.path
+    where = matrix.user if "perf" in matrix.owners else matrix.path
     for pair in matrix.pairs.values():
         for role in ("target", "draft"):
             ref = getattr(pair, role)
             if ref is not None and ref not in matrix.models:
-                raise UnknownNameError("model", ref, matrix.models, where=f"{where}: pairs.{pair.name}.{role}")
+                raise UnknownNameError("model", ref, matrix.models,
+                                       where=f"{matrix.file_of('pairs', pair.name)}: pairs.{pair.name}.{role}")
         if pair.prompt_set not in matrix.prompt_sets:
             raise UnknownNameError("prompt set", pair.prompt_set, matrix.prompt_sets,
-                                   where=f"{where}: pairs.{pair.name}.prompt_set")
+                                   where=f"{matrix.file_of('pairs', pair.name)}: pairs.{pair.name}.prompt_set")
     for task, set_name in matrix.tasks.items():
         if set_name != "pair" and set_name not in matrix.prompt_sets:
-            raise UnknownNameError("prompt set", set_name, matrix.prompt_sets, where=f"{where}: tasks.{task}")
+            raise UnknownNameError("prompt set", set_name, matrix.prompt_sets,
+                                   where=f"{matrix.file_of('tasks', task)}: tasks.{task}")
     known = set(precisions())
     for i, entry in enumerate(matrix.perf.get("combinations", [])):
         key = f"{where}: perf.combinations.{i}"
@@ -359,4 +420,5 @@ def _cross_check(matrix: Matrix) -> None:
                 if side not in known:
                     raise UnknownNameError("precision", side, known, where=f"{key}.precisions")
     if matrix.defaults.pair not in matrix.pairs:
-        raise UnknownNameError("pair", matrix.defaults.pair, matrix.pairs, where=f"{where}: defaults.pair")
+        raise UnknownNameError("pair", matrix.defaults.pair, matrix.pairs,
+                               where=f"{matrix.file_of('defaults', 'pair')}: defaults.pair")

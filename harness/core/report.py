@@ -23,7 +23,7 @@ from harness.core.provenance import collect as collect_provenance
 from harness.core.record import COLUMNS, Summary
 from harness.core.registry import PACKAGE_DIR
 
-RESULTS_SCHEMA_VERSION = 3  # 2: speedup_vs_reference per row and summary; 3: provenance (harness/core/provenance.py)
+RESULTS_SCHEMA_VERSION = 4  # 2: speedup_vs_reference per row and summary; 3: provenance (harness/core/provenance.py); 4: the selection with its origins (harness/core/selection.py)
 RESULTS_SCHEMA = PACKAGE_DIR / "schemas" / "bench-results.schema.json"
 
 def _table(headers: list[str], body: list[list[str]], markdown: bool) -> str:
@@ -37,15 +37,15 @@ def _table(headers: list[str], body: list[list[str]], markdown: bool) -> str:
 
 
 def describe(result: BenchResult, config_label: str) -> str:
-    cfg = result.config
-    t = f"target {cfg.pair.target} ({cfg.target_precision})"
+    cfg, sel = result.config, result.config.selection
+    t = f"target {sel.target.name} ({sel.target.precision})"
     if config_label == "plain":
         return f"Plain decoding: {t}"
     if cfg.reference and config_label == cfg.reference.label:
-        return f"Plain decoding, reference precision: target {cfg.pair.target} ({cfg.reference.reference})"
-    if cfg.assisted_mode == "prompt-lookup":
+        return f"Plain decoding, reference precision: target {sel.target.name} ({cfg.reference.reference})"
+    if sel.draft is None:
         return f"Prompt-lookup decoding ({config_label}): {t}"
-    return f"Assisted decoding ({config_label}): {t}, draft {cfg.pair.draft} ({cfg.draft_precision})"
+    return f"Assisted decoding ({config_label}): {t}, draft {sel.draft.name} ({sel.draft.precision})"
 
 
 def render_tables(result: BenchResult, *, markdown: bool = False) -> str:
@@ -85,38 +85,39 @@ def render_summary(result: BenchResult) -> str:
 
 
 def machine_line(cfg: BenchConfig) -> str:
-    """Which CPU class this runs as, and where the pair's precisions and K come from."""
+    """Which CPU class this runs as, what runs, and where each value came from (the selection's)."""
     from harness.core import capability
 
-    chosen = cfg.pair.precisions
-    used = cfg.target_precision + (f"+{cfg.draft_precision}" if cfg.draft_precision else "")
-    p = cfg.preset
-    if p and used == p.precisions:
-        source = f"preset {p.name} for CPU class {p.cpu_class} ({cfg.pair.name}.presets.{p.name}.{p.cpu_class}): {p.why}"
-    elif used == chosen:
-        source = cfg.pair.choice
-    else:
-        source = f"given on the command line (the registry's choice: {chosen})"
-    line = f"CPU class {capability.detect().why}\nprecisions {used}: {source}"
+    sel = cfg.selection
+    k = ",".join(map(str, sel.ks))
+    lines = [f"CPU class {capability.detect().why}",
+             f"selection {sel.pair}: target {sel.target.name} {sel.target.precision} "
+             f"({sel.origin('target_precision')})"
+             + (f", draft {sel.draft.name} {sel.draft.precision} ({sel.origin('draft_precision')})"
+                if sel.draft else ", prompt lookup") + f", K={k} ({sel.origin('k')})"]
+    lines += [f"           {reason}" for reason in sel.reasons]
     if cfg.reference:
-        line += f"\nreference  plain decoding at {cfg.reference.reference} runs beside plain {cfg.target_precision}"
-    if cfg.attention.implementation:
-        line += f"\nattention  {cfg.attention.implementation} for target and draft (harness/core/attention.py)"
-    if cfg.draft_vocab:
-        line += f"\ndraft head scores the {cfg.draft_vocab} most frequent tokens (harness/core/drafthead.py)"
-    return line
+        lines.append(f"reference  plain decoding at {cfg.reference.reference} runs beside plain "
+                     f"{sel.target.precision} ({sel.origin('reference_precision')})")
+    if sel.attention.implementation:
+        lines.append(f"attention  {sel.attention.implementation} for target and draft (harness/core/attention.py)")
+    if sel.draft_vocab:
+        lines.append(f"draft head scores the {sel.draft_vocab} most frequent tokens ({sel.origin('draft_vocab')}; "
+                     "harness/core/drafthead.py)")
+    return "\n".join(lines)
 
 
 def to_json(result: BenchResult, command: list[str] | None = None, origin: Provenance | None = None) -> dict[str, Any]:
     """The results document; `origin`: where it was measured (collected now, without a host probe, if not given)."""
     from harness.core import capability
 
-    cfg = result.config
-    settings = dataclasses.asdict(cfg.settings)
-    settings.update({"ks": list(cfg.ks), "repeats": cfg.repeats, "assisted_mode": cfg.assisted_mode,
-                     "target_precision": cfg.target_precision, "draft_precision": cfg.draft_precision,
-                     "reference_precision": cfg.reference.reference if cfg.reference else cfg.target_precision,
-                     "draft_vocab": cfg.draft_vocab, "attention": cfg.attention.implementation,
+    cfg, sel = result.config, result.config.selection
+    settings = dataclasses.asdict(sel.decode)
+    settings.update({"ks": list(sel.ks), "repeats": cfg.repeats, "assisted_mode": sel.mode,
+                     "target_precision": sel.target.precision,
+                     "draft_precision": sel.draft.precision if sel.draft else None,
+                     "reference_precision": cfg.reference.reference if cfg.reference else sel.target.precision,
+                     "draft_vocab": sel.draft_vocab, "attention": sel.attention.implementation,
                      "run_plain": cfg.run_plain, "run_assisted": cfg.run_assisted, "limit": cfg.limit})
     settings["stop_sequences"] = list(settings["stop_sequences"])
     return {
@@ -124,19 +125,20 @@ def to_json(result: BenchResult, command: list[str] | None = None, origin: Prove
         "harness_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": list(command if command is not None else sys.argv),
-        "platform": detect(cfg.device).as_dict(),
-        "provenance": (origin or collect_provenance(cfg.device)).as_dict(),
-        "pair": cfg.pair.name,
-        "task": cfg.task,
+        "platform": detect(sel.device).as_dict(),
+        "provenance": (origin or collect_provenance(sel.device)).as_dict(),
+        "pair": sel.pair,
+        "task": sel.task,
+        "selection": sel.as_dict(),
         "target": result.target,
         "draft": result.draft,
         "reference": result.reference,
-        "preset": (None if cfg.preset is None else
-                   {"name": cfg.preset.name, "cpu_class": cfg.preset.cpu_class, "why": cfg.preset.why}),
+        "preset": (None if sel.preset is None else
+                   {"name": sel.preset.name, "cpu_class": sel.preset.cpu_class, "why": sel.preset.why}),
         "settings": settings,
         "rows": [dataclasses.asdict(r) for r in result.rows],
         "summary": [dataclasses.asdict(s) for s in result.summary],
-        "cpu_class": {**capability.detect().as_dict(), "choice": cfg.pair.choice},
+        "cpu_class": {**capability.detect().as_dict(), "choice": "; ".join(sel.reasons) or "the pair's own settings"},
         "prediction": {str(k): {**c.as_dict(), "predicted_speedup": next(
             (result.predicted(s) for s in result.summary if s.k == k and s.mode != "plain"), None)}
             for k, c in result.costs.items()},
@@ -162,6 +164,8 @@ def read_json(path: Path) -> dict[str, Any]:
         doc = _migrate_v1(doc)
     if isinstance(doc, dict) and doc.get("schema_version") == 2:
         doc = {**doc, "schema_version": 3, "provenance": None}  # measured before results recorded where from
+    if isinstance(doc, dict) and doc.get("schema_version") == 3:
+        doc = {**doc, "schema_version": 4, "selection": None}  # before values recorded where they came from
     validate_results(doc, str(path))
     return doc
 
@@ -176,9 +180,9 @@ def _migrate_v1(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_markdown(result: BenchResult, path: Path) -> None:
-    cfg = result.config
-    head = (f"# {cfg.pair.name}: task {cfg.task}, {cfg.settings.max_new_tokens} new tokens, "
-            f"{'sampled' if cfg.settings.do_sample else 'greedy'}, repeats {cfg.repeats}\n\n"
-            f"Platform: `{detect(cfg.device).id}`\n\n")
+    cfg, sel = result.config, result.config.selection
+    head = (f"# {sel.pair}: task {sel.task}, {sel.decode.max_new_tokens} new tokens, "
+            f"{'sampled' if sel.decode.do_sample else 'greedy'}, repeats {cfg.repeats}\n\n"
+            f"Platform: `{detect(sel.device).id}`\n\n")
     summary = "\n".join(f"- {summary_line(s).strip()}" for s in result.summary)
     jsonio.atomic_write_text(path, head + render_tables(result, markdown=True) + "\n\n## Summary\n\n" + summary + "\n")

@@ -14,9 +14,9 @@ METRICS = {"median_tokens_per_sec": "tokens_per_sec", "median_speedup": "speedup
 
 def series_name(result: BenchResult, configuration: str) -> str:
     """The combination a bench configuration is stored under: bench:<pair>:<precisions>:<task>:<configuration>."""
-    cfg = result.config
-    precisions = f"{cfg.target_precision}+{cfg.draft_precision or cfg.assisted_mode}"
-    return f"bench:{cfg.pair.name}:{precisions}:{cfg.task}:{configuration}"
+    sel = result.config.selection
+    precisions = sel.precisions if sel.draft else f"{sel.precisions}+{sel.mode}"
+    return f"bench:{sel.pair}:{precisions}:{sel.task}:{configuration}"
 
 
 def run(result: BenchResult, origin: Provenance) -> Run:

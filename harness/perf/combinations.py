@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.core.errors import RegistryError
 from harness.core.registry import CHOSEN, Matrix
+from harness.core.selection import Request, Selection, resolve
 from harness.perf.ab import paired
 
 log = logging.getLogger(__name__)
@@ -21,21 +22,23 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Combination:
-    pair: str
-    target_precision: str
-    draft_precision: str | None
-    platform: str
-    device: str
-    decoding: str  # greedy | sampled
-    k: int
-    mode: str  # assisted | prompt-lookup
-    slow: bool = False
-    draft_vocab: int | None = None  # the draft scores only its N most frequent tokens (a preset's draft_vocab)
-    attention: str | None = None    # target's and draft's attn_implementation (None: transformers' default)
+    """One perf combination: a resolved selection (what runs: harness/core/selection.py), its decoding
+    and whether it is slow. Every other field reads the selection."""
 
-    @property
-    def precisions(self) -> str:
-        return self.target_precision + (f"+{self.draft_precision}" if self.draft_precision else "")
+    selection: Selection
+    decoding: str  # greedy | sampled
+    slow: bool = False
+
+    pair = property(lambda self: self.selection.pair)
+    platform = property(lambda self: self.selection.platform)
+    device = property(lambda self: self.selection.device)
+    k = property(lambda self: self.selection.k)
+    mode = property(lambda self: self.selection.mode)
+    precisions = property(lambda self: self.selection.precisions)
+    target_precision = property(lambda self: self.selection.target.precision)
+    draft_precision = property(lambda self: self.selection.draft.precision if self.selection.draft else None)
+    draft_vocab = property(lambda self: self.selection.draft_vocab)
+    attention = property(lambda self: self.selection.attention.implementation)
 
     @property
     def id(self) -> str:
@@ -50,42 +53,66 @@ class Combination:
                 self.attention or "")
 
     def as_request(self) -> dict[str, Any]:
-        """The fields a worker rebuilds it from; draft_vocab and attention only when set, so that a
-        worker of a commit from before them still reads every other combination."""
-        fields = dataclasses.asdict(self)
-        for optional in ("draft_vocab", "attention"):
-            if fields[optional] is None:
-                del fields[optional]
+        """The fields a worker rebuilds it from (`from_request`; the A/B gate's base arm may be an older
+        commit, which builds its own Combination from them); draft_vocab and attention only when set,
+        so that a worker of a commit from before them still reads every other combination."""
+        fields: dict[str, Any] = {
+            "pair": self.pair, "target_precision": self.target_precision, "draft_precision": self.draft_precision,
+            "platform": self.platform, "device": self.device, "decoding": self.decoding, "k": self.k,
+            "mode": self.mode, "slow": self.slow}
+        if self.draft_vocab is not None:
+            fields["draft_vocab"] = self.draft_vocab
+        if self.attention is not None:
+            fields["attention"] = self.attention
         return fields
 
+    @classmethod
+    def from_request(cls, matrix: Matrix, fields: dict[str, Any], settings: "PerfSettings") -> "Combination":
+        """The combination `as_request` described, resolved again from this arm's registry (a field
+        left out or None: the registry's choice)."""
+        request = Request(pair=fields["pair"], target_precision=fields.get("target_precision"),
+                          draft_precision=fields.get("draft_precision"), ks=(fields["k"],) if fields.get("k") else None,
+                          draft_vocab=fields.get("draft_vocab"), attention=fields.get("attention"),
+                          platform=fields["platform"], given_by="the perf gate's request")
+        return cls(_resolve(matrix, request, fields["decoding"], settings), fields["decoding"],
+                   fields.get("slow", False))
 
-def combinations(matrix: Matrix) -> list[Combination]:
+
+def _resolve(matrix: Matrix, request: Request, decoding: str, settings: "PerfSettings") -> Selection:
+    """A perf combination's selection: fixed-length runs of the [perf] table's length and sampling."""
+    return resolve(matrix, dataclasses.replace(
+        request, check_here=False, max_new_tokens=settings.max_new_tokens, fixed_length=True, do_sample=decoding == "sampled",
+        temperature=settings.temperature, top_p=settings.top_p))
+
+
+def combinations(matrix: Matrix, settings: "PerfSettings | None" = None) -> list[Combination]:
     """Every combination of the [perf] table. 'chosen' takes the pair's precisions for this CPU class,
     a preset name (e.g. 'fastest') the pair's preset for this class (its precisions and K; not run
     on a class the preset was not measured on); either is dropped where it repeats another listing."""
+    settings = settings or PerfSettings.from_matrix(matrix)
     out: dict[str, Combination] = {}
     chosen: set[str] = set()
-    for entry in matrix.perf["combinations"]:
+    for i, entry in enumerate(matrix.perf["combinations"]):
         pair = matrix.pair(entry["pair"])
         for spec in entry["precisions"]:
             by_class = spec == CHOSEN or spec in pair.presets
+            where = f"{matrix.path}: perf.combinations.{i}"
             if spec in pair.presets:
                 if matrix.cpu_class not in pair.presets[spec]:
                     log.info("perf: pair %s has no %s preset for CPU class %s; that combination is not run",
                              pair.name, spec, matrix.cpu_class)
                     continue
-                preset = pair.preset(spec, matrix.cpu_class)
-                precisions, k, vocab = preset.precisions, preset.num_assistant_tokens, preset.draft_vocab
+                request = Request(pair=pair.name, preset=spec, given_by=where)
+            elif spec == CHOSEN:
+                request = Request(pair=pair.name, given_by=where)
             else:
-                precisions, k, vocab = (pair.precisions if spec == CHOSEN else spec), pair.num_assistant_tokens, None
-            target_p, _, draft_p = precisions.partition("+")
+                target_p, _, draft_p = spec.partition("+")  # the table's 'target+draft' (checked on load)
+                request = Request(pair=pair.name, target_precision=target_p, draft_precision=draft_p or None,
+                                  given_by=where)
             for platform in entry["platforms"]:
                 for decoding in entry["decoding"]:
-                    combo = Combination(pair=pair.name, target_precision=target_p, draft_precision=draft_p or None,
-                                        platform=platform, device=matrix.platform(platform).device,
-                                        decoding=decoding, k=k, mode=pair.mode,
-                                        slow=entry.get("slow", False), draft_vocab=vocab,
-                                        attention=entry.get("attention"))
+                    r = dataclasses.replace(request, platform=platform, attention=entry.get("attention"))
+                    combo = Combination(_resolve(matrix, r, decoding, settings), decoding, entry.get("slow", False))
                     if combo.id in out:
                         if not by_class and combo.id not in chosen:
                             raise RegistryError(f"{matrix.path}: perf.combinations: {combo.id} is listed twice; "

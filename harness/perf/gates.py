@@ -107,9 +107,8 @@ class PerfSession:
         if self.loaded is None or self.loaded.key != combo.model_key:
             self.loaded = None
             gc.collect()
-            self.loaded = load_pair(self.matrix, combo,
-                                         slowdown=self.config.getoption("perf_plant_slowdown"),
-                                         plant_into=self.config.getoption("perf_plant_into"))
+            self.loaded = load_pair(combo, slowdown=self.config.getoption("perf_plant_slowdown"),
+                                    plant_into=self.config.getoption("perf_plant_into"))
         return self.loaded
 
     def counts(self, skipped: int = 0) -> dict[str, int]:
@@ -175,7 +174,7 @@ def run_gate(session: PerfSession, combo: Combination, request: pytest.FixtureRe
     if checked is not None and checked.deferred:
         return _defer(session, combo, checked)
     benchmark = request.getfixturevalue("benchmark")
-    runner = Runner(session.matrix, combo, session.models_for(combo), session.settings)
+    runner = Runner(combo, session.models_for(combo), session.settings)
     if checked is not None:  # a stored baseline to compare with
         _refuse_other_work(session, combo, lambda: check_comparable(runner, baseline))
     verdict = None
@@ -208,7 +207,8 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
     matrix = opt("perf_matrix")
 
     def load_request(arm: str) -> dict[str, Any]:  # the candidate alone carries a planted slowdown
-        return {"op": "load", "matrix": str(matrix) if matrix else None, "combination": combo.as_request(),
+        return {"op": "load", "matrix": str(matrix) if matrix else None, "user_registry": session.matrix.user and
+                str(Path(session.matrix.user).absolute()), "combination": combo.as_request(),
                 "settings": dataclasses.asdict(session.settings), "plant": plant if arm == "candidate" else None}
 
     plan = session.plan
@@ -259,7 +259,7 @@ def replay_gate(session: PerfSession, combo: Combination, request: pytest.Fixtur
     if baseline is None:
         pytest.fail(f"{combo.id}: a stored-gate recording replays against a stored baseline, and "
                     f"{session.baseline_path(combo.device)} has none for it", pytrace=False)
-    runner = replay.RecordedRunner(session.matrix, combo, session.models_for(combo), session.settings,
+    runner = replay.RecordedRunner(combo, session.models_for(combo), session.settings,
                                    recorded=recorded.rounds)
     try:
         check_comparable(runner, baseline)

@@ -18,7 +18,7 @@ import pytest
 from harness.core import hostspeed, locks, platform, provenance, registry, termination
 from harness.core.errors import HarnessError, did_you_mean
 from harness.history import store as history_store
-from harness.perf import replay, to_history
+from harness.perf import benchmark_json, replay, to_history
 from harness.perf.ab import duet, loadguard
 from harness.perf.combinations import combinations
 from harness.perf.gates import PerfSession, ab_trees
@@ -43,6 +43,9 @@ def _add_files_and_selection(g: Any) -> None:
     g.addoption("--perf-platform", "--platform", dest="perf_platform", action="append", default=[], metavar="NAME",
                 help="only these registry platforms (repeatable), e.g. cpu, cuda")
     g.addoption("--perf-matrix", default=None, metavar="PATH", help="registry file (default: harness/matrix.toml)")
+    g.addoption("--perf-user-registry", default=None, metavar="PATH",
+                help="your own registry file merged over the packaged one (default: "
+                     f"${registry.USER_REGISTRY_ENV} if set; docs/adding.md)")
     g.addoption("--perf-history", default=None, metavar="PATH",
                 help="append this session's measurements to the run history at PATH, an SQLite file created if "
                      f"missing (default: ${history_store.ENV} if set, else no history)")
@@ -161,7 +164,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _note_old_spellings(config)
     _check_options(config)
     try:
-        matrix = registry.load_matrix(config.getoption("perf_matrix"))
+        matrix = registry.load_matrix(config.getoption("perf_matrix"), user=config.getoption("perf_user_registry"))
     except HarnessError as exc:
         raise pytest.UsageError(f"--perf-matrix: {exc}") from None
     try:
@@ -268,11 +271,35 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             origin = provenance.collect(host_probe=state.probe)  # the stored gate's probe, if taken
             perf_report.write_all(state.results, Path(session.config.getoption("perf_report_dir")), origin)
             _append_history(state, session.config, origin)
+            _write_benchmark_json(state, session)
     except (HarnessError, OSError) as exc:
         state.update_lines.append(f"error: {exc}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     finally:
         state.held.close()  # the A/B gate's lock: the next gate on this repository may start
+
+
+def _nodeids(session: pytest.Session) -> dict[str, str]:
+    """Combination id -> its test's node id."""
+    return {item.callspec.id: item.nodeid for item in session.items if hasattr(item, "callspec")}
+
+
+def _write_benchmark_json(state: PerfSession, session: pytest.Session) -> None:
+    """--benchmark-json with benchmarks disabled (the make targets): pytest-benchmark writes nothing,
+    so the gate's rounds are written here (harness/perf/benchmark_json.py)."""
+    path = session.config.getoption("benchmark_json", None)
+    bench_session = getattr(session.config, "_benchmarksession", None)
+    if path and (bench_session is None or bench_session.disabled):
+        benchmark_json.write(path, state.results, _nodeids(session), session.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]) -> None:
+    """Benchmarks enabled: pytest-benchmark's file has the stored gate's rounds; the A/B gate's are added."""
+    state: PerfSession | None = config.stash.get(_STATE, None)
+    if state is not None and state.results:
+        nodeids = {c.id: f"tests/perf/test_perf_gate.py::test_perf[{c.id}]" for c in state.combinations}
+        output_json["benchmarks"] += benchmark_json.entries(state.results, nodeids, ab_only=True)
 
 
 def _append_history(state: PerfSession, config: pytest.Config, origin: provenance.Provenance) -> None:

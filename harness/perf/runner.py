@@ -14,12 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core import decode, descriptive, interleave, models, prompts, provenance
+from harness.core import descriptive, interleave, models, prompts, provenance
 from harness.core.provenance import software_versions
 from harness.core.decode import DecodeSettings
 from harness.core.generate import ASSISTED, PLAIN, measure_generation
 from harness.core.record import GenerationResult
-from harness.core.registry import Matrix, PairSpec
 from harness.perf.stored import stats
 from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.record import METRICS, Round, Samples
@@ -53,22 +52,21 @@ class PlantedSlowdown:
         model.register_forward_hook(stop)
 
 
-def load_pair(matrix: Matrix, combo: Combination, *, slowdown: float = 0.0, plant_into: str = "target") -> LoadedPair:
-    """The pair's models at the combination's precisions; `slowdown` plants a slower forward pass
-    into the target's or the draft's model (plant_into), to check the gate itself."""
-    pair = matrix.pair(combo.pair)
-    target = models.load(matrix.model(pair.target), combo.target_precision, combo.device, attention=combo.attention)
+def load_pair(combo: Combination, *, slowdown: float = 0.0, plant_into: str = "target") -> LoadedPair:
+    """The selection's models; `slowdown` plants a slower forward pass into the target's or the
+    draft's model (plant_into), to check the gate itself."""
+    sel = combo.selection
+    attention = sel.attention.implementation
+    target = models.load(sel.target.spec, sel.target.precision, sel.device, attention=attention)
     draft = None
-    if combo.mode == ASSISTED:
-        assert pair.draft and combo.draft_precision
-        draft = models.load(matrix.model(pair.draft), combo.draft_precision, combo.device,
-                            draft_vocab=combo.draft_vocab, attention=combo.attention)
+    if sel.draft is not None:
+        draft = models.load(sel.draft.spec, sel.draft.precision, sel.device, draft_vocab=sel.draft.draft_vocab,
+                            attention=attention)
     if slowdown:
         victim = draft if plant_into == "draft" else target
         if victim is None:
             raise ValueError(f"{combo.id}: has no draft model to slow down (prompt lookup)")
-        log.warning("planting a %.0f%% slowdown into %s's forward pass", slowdown * 100,
-                    pair.draft if plant_into == "draft" else pair.target)
+        log.warning("planting a %.0f%% slowdown into %s's forward pass", slowdown * 100, victim.name)
         PlantedSlowdown(victim.model, slowdown)
     return LoadedPair(combo.model_key, target, draft)
 
@@ -78,23 +76,19 @@ class Runner:
 
     measures = True  # its rounds are fresh measurements (a replay's are not: nothing to confirm with)
 
-    def __init__(self, matrix: Matrix, combo: Combination, loaded: LoadedPair, settings: PerfSettings):
+    def __init__(self, combo: Combination, loaded: LoadedPair, settings: PerfSettings):
         self.combo, self.loaded, self.settings = combo, loaded, settings
-        pair: PairSpec = matrix.pair(combo.pair)
-        prompt_set = matrix.prompt_set(pair.prompt_set)
+        prompt_set = combo.selection.prompt_set
         self.prompts = prompts.load_prompts(prompt_set, loaded.target.tokenizer, limit=settings.prompts)
         self.inputs = [prompts.encode(p, loaded.target.tokenizer, chat_template=prompt_set.chat_template)
                        for p in self.prompts]
-        # fixed length: every run produces the same number of tokens
-        self.decode = decode.for_pair(pair, max_new_tokens=settings.max_new_tokens, fixed_length=True,
-                                      do_sample=combo.decoding == "sampled", temperature=settings.temperature,
-                                      top_p=settings.top_p, num_assistant_tokens=combo.k,
-                                      prompt_lookup_ngram=matrix.defaults.prompt_lookup_ngram)
+        self.decode = combo.selection.decode  # fixed length: every run produces the same number of tokens
         self.samples = Samples()
 
     def _run(self, mode: str, ids: Any, settings: DecodeSettings) -> GenerationResult:
         assistant = self.loaded.draft.model if (mode == ASSISTED and self.loaded.draft) else None
-        return measure_generation(self.loaded.target.model, ids, settings, mode=mode, assistant=assistant)
+        return measure_generation(self.loaded.target.model, ids, settings, mode=mode,
+                                  k=None if mode == PLAIN else self.combo.k, assistant=assistant)
 
     def warmup(self) -> None:
         interleave.warm_up((PLAIN, self.combo.mode), lambda mode, s: self._run(mode, self.inputs[0], s), self.decode)

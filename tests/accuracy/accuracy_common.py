@@ -39,9 +39,10 @@ def skip_if_model_missing() -> Iterator[None]:
 
 
 @lru_cache(maxsize=2)  # the current pair's target and draft; earlier models are released (24 GiB here)
-def load(name: str, precision: str, draft_vocab: int | None = None, attention: str | None = None) -> models.LoadedModel:
+def load(spec: registry.ModelSpec, precision: str, draft_vocab: int | None = None,
+         attention: str | None = None) -> models.LoadedModel:
     with skip_if_model_missing():
-        return models.load(matrix().model(name), precision, draft_vocab=draft_vocab, attention=attention)
+        return models.load(spec, precision, draft_vocab=draft_vocab, attention=attention)
 
 
 def humaneval_rows(plain: Sequence[dict[str, Any]], assisted: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -7,8 +7,11 @@ from __future__ import annotations
 import pytest
 
 from harness.accuracy import equivalence as eq
-from harness.core import decode, prompts
+import dataclasses
+
+from harness.core import prompts
 from harness.core.registry import CHOSEN
+from harness.core.selection import Request, resolve
 from harness.core.generate import ASSISTED, PROMPT_LOOKUP, measure_generation
 from accuracy_common import load, matrix, save
 
@@ -59,32 +62,33 @@ def test_assisted_equals_plain(combo):
         if psutil.virtual_memory().available < 16 << 30:
             pytest.skip("fp32 1.5B target + fp32 draft needs about 10 GB; less than 16 GB available here")
     m = matrix()
-    pair = m.pair(pair_name)
-    k = vocab = None
+    request = Request(pair=pair_name, max_new_tokens=max_new, attention=attention, given_by="the test's parameters")
     if tp == CHOSEN:
-        tp, dp = pair.target_precision, pair.draft_precision
-        print(f"\n{pair_name} on CPU class {m.cpu_class}: {tp}+{dp} ({pair.choice})")
-    elif tp in pair.presets:
-        if m.cpu_class not in pair.presets[tp]:
+        pass  # the pair's choice for this CPU class
+    elif tp in m.pair(pair_name).presets:
+        if m.cpu_class not in m.pair(pair_name).presets[tp]:
             pytest.skip(f"{pair_name} has no {tp} preset for CPU class {m.cpu_class} "
-                        f"(measured on: {', '.join(pair.presets[tp])})")
-        preset = pair.preset(tp, m.cpu_class)
-        tp, dp, k, vocab = (preset.target_precision, preset.draft_precision, preset.num_assistant_tokens,
-                            preset.draft_vocab)
-        print(f"\n{pair_name} preset {preset.name} on CPU class {m.cpu_class}: {tp}+{dp}, K={k} ({preset.why})")
-    target = load(pair.target, tp, attention=attention)
-    draft = load(pair.draft, dp, draft_vocab=vocab, attention=attention) if dp else None
+                        f"(measured on: {', '.join(m.pair(pair_name).presets[tp])})")
+        request = dataclasses.replace(request, preset=tp)
+    else:
+        request = dataclasses.replace(request, target_precision=tp, draft_precision=dp)
+    sel = resolve(m, request)
+    tp = sel.target.precision
+    if request.preset or tp == CHOSEN or sel.reasons:
+        print(f"\n{pair_name}: {sel.precisions}, K={sel.k}\n" + "\n".join(sel.reasons))
+    target = load(sel.target.spec, tp, attention=attention)
+    draft = (load(sel.draft.spec, sel.draft.precision, draft_vocab=sel.draft.draft_vocab, attention=attention)
+             if sel.draft else None)
     if attention:
         assert (target.attention, draft.attention if draft else attention) == (attention, attention)
-    prompt_set = m.prompt_set(pair.prompt_set)
+    prompt_set = sel.prompt_set
     mode = ASSISTED if draft else PROMPT_LOOKUP
-    settings = decode.for_pair(pair, max_new_tokens=max_new, prompt_lookup_ngram=m.defaults.prompt_lookup_ngram,
-                               num_assistant_tokens=k)
+    settings = sel.decode
     results, texts = [], {}
     for p in prompts.load_prompts(prompt_set, target.tokenizer):
         ids = prompts.encode(p, target.tokenizer, chat_template=prompt_set.chat_template)
         plain = measure_generation(target.model, ids, settings).tokens
-        assisted = measure_generation(target.model, ids, settings, mode=mode,
+        assisted = measure_generation(target.model, ids, settings, mode=mode, k=sel.k,
                                       assistant=draft.model if draft else None).tokens
         results.append(eq.triage(target.model, p.id, ids, plain, assisted, eq.EPSILON[tp], tokenizer=target.tokenizer))
         texts[p.id] = p.text

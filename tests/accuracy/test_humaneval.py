@@ -13,6 +13,7 @@ import pytest
 
 from harness.accuracy import baselines as accuracy_baselines
 from harness.accuracy import humaneval
+from harness.core.selection import Request
 from accuracy_common import humaneval_rows, matrix, save, skip_if_model_missing
 
 pytestmark = [pytest.mark.accuracy, pytest.mark.real]
@@ -30,10 +31,11 @@ def run(tmp_path, selection: str) -> None:
     m = matrix()
     out = {}
     for assisted in (False, True):
-        config = humaneval.build_generate_config(m, PAIR, assisted=assisted, target_precision=TP,
-                                                 draft_precision=DP, max_new_tokens=base["max_new_tokens"])
+        request = Request(pair=PAIR, target_precision=TP, draft_precision=DP if assisted else None,
+                          max_new_tokens=base["max_new_tokens"])
+        config = humaneval.build_generate_config(m, request, assisted=assisted)
         with skip_if_model_missing():
-            gen = humaneval.generate(m, config, tmp_path / f"{'assisted' if assisted else 'plain'}.jsonl",
+            gen = humaneval.generate(config, tmp_path / f"{'assisted' if assisted else 'plain'}.jsonl",
                                      task_ids=base["task_ids"], progress=False)
         ev = humaneval.evaluate(gen.out, allow=True, workers=2)
         out["assisted" if assisted else "plain"] = (gen, ev)
@@ -73,24 +75,21 @@ def test_humaneval_subset_fastest_preset(tmp_path):
     """The pair's fastest preset for this CPU class (bench --preset fastest), assisted, on the CI
     subset: its pass@1 beside plain bf16's (the subset baseline), within the same tolerance."""
     m = matrix()
-    pair = m.pair(PAIR)
-    if m.cpu_class not in pair.presets.get("fastest", {}):
+    if m.cpu_class not in m.pair(PAIR).presets.get("fastest", {}):
         pytest.skip(f"{PAIR} has no fastest preset for CPU class {m.cpu_class}")
-    preset = pair.preset("fastest", m.cpu_class)
     base = accuracy_baselines.entry(accuracy_baselines.key(PAIR, TP, DP, "subset"))
     assert base is not None, "the subset baseline is missing from baselines/accuracy.json"
-    config = humaneval.build_generate_config(m, PAIR, assisted=True, target_precision=preset.target_precision,
-                                             draft_precision=preset.draft_precision,
-                                             num_assistant_tokens=preset.num_assistant_tokens,
-                                             draft_vocab=preset.draft_vocab, max_new_tokens=base["max_new_tokens"])
+    config = humaneval.build_generate_config(
+        m, Request(pair=PAIR, preset="fastest", max_new_tokens=base["max_new_tokens"]), assisted=True)
+    sel = config.selection
     with skip_if_model_missing():
-        gen = humaneval.generate(m, config, tmp_path / "preset.jsonl", task_ids=base["task_ids"], progress=False)
+        gen = humaneval.generate(config, tmp_path / "preset.jsonl", task_ids=base["task_ids"], progress=False)
     ev = humaneval.evaluate(gen.out, allow=True, workers=2)
-    summary = (f"{PAIR} preset fastest ({preset.precisions}, K={preset.num_assistant_tokens}, class "
+    summary = (f"{PAIR} preset fastest ({sel.precisions}, K={sel.k}, class "
                f"{m.cpu_class}): pass@1 {ev.pass_at[1]:.3f} at {gen.tokens_per_sec or 0:.2f} tokens/s; plain bf16 "
                f"baseline {base['plain_pass_at_1']:.3f} +- {base['tolerance']}")
     print("\n" + "\n".join(f"{r['task_id']}: {r['result'][:60]!r}" for r in ev.rows) + "\n" + summary)
-    save("humaneval-subset-fastest", {"preset": preset.precisions, "k": preset.num_assistant_tokens,
+    save("humaneval-subset-fastest", {"preset": sel.precisions, "k": sel.k,
                                       "cpu_class": m.cpu_class, "pass_at_1": ev.pass_at[1],
                                       "plain_bf16_baseline": base["plain_pass_at_1"],
                                       "tokens_per_sec": gen.tokens_per_sec})

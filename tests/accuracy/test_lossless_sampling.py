@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core import decode, prompts
+from harness.core import prompts
+from harness.core.selection import Request, resolve
 from harness.accuracy import sampling
 from accuracy_common import load, matrix
 
@@ -19,17 +20,17 @@ N = 300
 
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.1, 0.95)])
 def test_assisted_sampling_keeps_the_distribution(temperature, top_p):
-    pair = matrix().pair("smollm2-135m+self")
-    target, draft = load(pair.target, "bf16"), load(pair.draft, "w8af32")
-    prompt_set = matrix().prompt_set(pair.prompt_set)
-    p = prompts.load_prompts(prompt_set, target.tokenizer, limit=1)[0]
-    ids = prompts.encode(p, target.tokenizer, chat_template=prompt_set.chat_template)
-    s = decode.for_pair(pair, max_new_tokens=2, do_sample=True, temperature=temperature, top_p=top_p)
+    sel = resolve(matrix(), Request(pair="smollm2-135m+self", target_precision="bf16", draft_precision="w8af32",
+                                    max_new_tokens=2, do_sample=True, temperature=temperature, top_p=top_p))
+    target, draft = load(sel.target.spec, "bf16"), load(sel.draft.spec, "w8af32")
+    p = prompts.load_prompts(sel.prompt_set, target.tokenizer, limit=1)[0]
+    ids = prompts.encode(p, target.tokenizer, chat_template=sel.prompt_set.chat_template)
+    s = sel.decode
     # at T=0.1 the prompt's own next token is one token every time (a test there cannot fail): move
     # to the first greedy position where the second token gets at least 10%
     prefix = sampling.contested_prefix(target.model, ids, s)
     plain = sampling.sample_tokens(target.model, prefix.ids, s, N, seed0=0)
-    assisted = sampling.sample_tokens(target.model, prefix.ids, s, N, assistant=draft.model, seed0=10**6)
+    assisted = sampling.sample_tokens(target.model, prefix.ids, s, N, assistant=draft.model, k=sel.k, seed0=10**6)
     result = sampling.compare(p.id, plain, assisted, temperature=temperature, top_p=top_p)
     top = ", ".join(f"{target.tokenizer.decode([t])!r} {v:.2f}" for t, v in prefix.top)
     print(f"\nprefix: prompt + {prefix.extended_by} greedy tokens; next token {top}\n{result.describe()}")

@@ -55,22 +55,22 @@ def test_bench_runs_as_the_avx2_class(tmp_path):
 EQUIVALENCE = """
 import json, sys
 from harness.accuracy import equivalence as eq
-from harness.core import capability, decode, models, prompts, registry
+from harness.core import capability, models, prompts, registry
 from harness.core.generate import ASSISTED, measure_generation
-m = registry.load_matrix()
-pair = m.pair(sys.argv[1])
-target = models.load(m.model(pair.target), pair.target_precision)
-draft = models.load(m.model(pair.draft), pair.draft_precision)
-spec = m.prompt_set(pair.prompt_set)
-settings = decode.for_pair(pair, max_new_tokens=32)
+from harness.core.selection import Request, resolve
+sel = resolve(registry.load_matrix(), Request(pair=sys.argv[1], max_new_tokens=32))
+target = models.load(sel.target.spec, sel.target.precision)
+draft = models.load(sel.draft.spec, sel.draft.precision)
+spec = sel.prompt_set
+settings = sel.decode
 out = []
 for p in prompts.load_prompts(spec, target.tokenizer, limit=3):
     ids = prompts.encode(p, target.tokenizer, chat_template=spec.chat_template)
     plain = measure_generation(target.model, ids, settings).tokens
-    assisted = measure_generation(target.model, ids, settings, mode=ASSISTED, assistant=draft.model).tokens
-    t = eq.triage(target.model, p.id, ids, plain, assisted, eq.EPSILON[pair.target_precision])
+    assisted = measure_generation(target.model, ids, settings, mode=ASSISTED, k=sel.k, assistant=draft.model).tokens
+    t = eq.triage(target.model, p.id, ids, plain, assisted, eq.EPSILON[sel.target.precision])
     out.append({"prompt": p.id, "verdict": t.status, "line": t.describe()})
-print(json.dumps({"class": capability.detect().name, "precisions": pair.precisions, "prompts": out}))
+print(json.dumps({"class": capability.detect().name, "precisions": sel.precisions, "prompts": out}))
 """
 
 

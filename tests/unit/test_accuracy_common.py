@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.selection import Request
 from harness.accuracy import humaneval
 from harness.core import models
 from harness.core.errors import HarnessError, IntegrityError
@@ -26,7 +27,7 @@ def test_a_model_that_is_not_fetched_skips_with_the_fetch_command(tmp_path, monk
     monkeypatch.delenv("CI", raising=False)
     with pytest.raises(pytest.skip.Exception,
                        match="model 'smollm2-135m-instruct' is not fetched .*Run: python -m harness models fetch"):
-        accuracy_common.load("smollm2-135m-instruct", "fp32")
+        accuracy_common.load(accuracy_common.matrix().model("smollm2-135m-instruct"), "fp32")
 
 
 def test_in_ci_a_shipped_model_that_is_not_fetched_fails_and_a_hub_model_skips(tmp_path, monkeypatch):
@@ -34,9 +35,9 @@ def test_in_ci_a_shipped_model_that_is_not_fetched_fails_and_a_hub_model_skips(t
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="model 'smollm2-135m-instruct' is not fetched .*CI: a model the "
                                                     "suite ships must be fetched"):
-        accuracy_common.load("smollm2-135m-instruct", "fp32")
+        accuracy_common.load(accuracy_common.matrix().model("smollm2-135m-instruct"), "fp32")
     with pytest.raises(pytest.skip.Exception, match="model 'opt-125m'"):  # on the hub only: not every machine has it
-        accuracy_common.load("opt-125m", "fp32")
+        accuracy_common.load(accuracy_common.matrix().model("opt-125m"), "fp32")
 
 
 def under_the_rule(fn) -> tuple[str, object]:
@@ -69,10 +70,10 @@ def test_a_corrupted_model_file_fails(tmp_path, monkeypatch):
 
 
 def test_a_corrupted_samples_file_fails(tmp_path):
-    config = humaneval.build_generate_config(accuracy_common.matrix(), HUMANEVAL_PAIR, assisted=False)
+    config = humaneval.build_generate_config(accuracy_common.matrix(), Request(pair=HUMANEVAL_PAIR), assisted=False)
     out = tmp_path / "plain.jsonl"
     humaneval._partial_path(out).write_text('{"task_id": "HumanEval/0", "completion"\n{}\n')
-    what, exc = under_the_rule(lambda: humaneval.generate(accuracy_common.matrix(), config, out,
+    what, exc = under_the_rule(lambda: humaneval.generate(config, out,
                                                           task_ids=["HumanEval/0"], progress=False))
     assert what == "raise" and isinstance(exc, humaneval.SamplesError), (what, exc)
     assert "plain.jsonl.partial:1" in str(exc)

@@ -10,7 +10,7 @@ import torch
 
 from harness.core import attention, models, registry
 from harness.core.errors import HarnessError
-from harness.perf.combinations import Combination
+from harness.perf.combinations import Combination, PerfSettings
 from test_cli import cli
 from tiny_models import prompt, tiny_model, write_local_matrix
 
@@ -89,14 +89,18 @@ def test_bench_unknown_attention_fails_before_loading(tiny_matrix):
     assert "loaded" not in r.stderr
 
 
-def test_the_perf_id_names_a_non_default_attention_and_old_workers_still_read_the_rest():
-    base = dict(pair="p", target_precision="bf16", draft_precision="w8af32-tensor", platform="cpu",
-                device="cpu", decoding="greedy", k=6, mode="assisted")
-    plain, eager = Combination(**base), Combination(**base, attention="eager")
-    assert plain.id == "p:bf16+w8af32-tensor:cpu:greedy:k6"
-    assert eager.id == "p:bf16+w8af32-tensor:cpu:greedy:k6:attn-eager"
+def test_the_perf_id_names_a_non_default_attention_and_old_workers_still_read_the_rest(tiny_matrix):
+    m = registry.load_matrix(tiny_matrix)
+    settings = PerfSettings.from_matrix(m)
+    base = dict(pair="tiny+draft", target_precision="bf16", draft_precision="w8af32-tensor", platform="cpu",
+                device="cpu", decoding="greedy", k=6, mode="assisted", slow=False)
+    plain = Combination.from_request(m, base, settings)
+    eager = Combination.from_request(m, {**base, "attention": "eager"}, settings)
+    assert plain.id == "tiny+draft:bf16+w8af32-tensor:cpu:greedy:k6"
+    assert eager.id == "tiny+draft:bf16+w8af32-tensor:cpu:greedy:k6:attn-eager"
     assert plain.model_key != eager.model_key
-    assert "attention" not in plain.as_request() and eager.as_request()["attention"] == "eager"
+    # the request a worker of an older commit builds its own Combination(**fields) from: the same fields
+    assert plain.as_request() == base and eager.as_request() == {**base, "attention": "eager"}
 
 
 def test_the_matrix_schema_offers_the_implementations_attention_knows():

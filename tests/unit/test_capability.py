@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.core.selection import Request, resolve
 from harness.core import capability, predict, registry
 from harness.core.errors import UnknownNameError
 from harness.perf.combinations import combinations
@@ -49,15 +50,17 @@ MATRIX = registry.DEFAULT_MATRIX
 
 
 def test_each_class_gets_its_own_choice_for_the_default_pair():
-    pairs = {c: registry.load_matrix(MATRIX, cpu_class=c).pair("qwen-coder-1.5b+0.5b") for c in capability.CLASSES}
-    assert (pairs["amx"].target_precision, pairs["amx"].draft_precision) == ("bf16", "w8af32-tensor")
+    pick = Request(pair="qwen-coder-1.5b+0.5b", check_here=False)
+    sel = {c: resolve(registry.load_matrix(MATRIX, cpu_class=c), pick) for c in capability.CLASSES}
+    assert (sel["amx"].target.precision, sel["amx"].draft.precision) == ("bf16", "w8af32-tensor")
     # bf16 verification of 7 tokens costs 6x one token with AVX2 kernels: the int8 target instead
-    assert pairs["avx2"].target_precision == "w8af32"
-    assert pairs["avx512"].target_precision == "w8af32"
-    assert pairs["avx512-bf16"].target_precision == "bf16" and pairs["avx512-bf16"].num_assistant_tokens == 8
+    assert sel["avx2"].target.precision == "w8af32"
+    assert sel["avx512"].target.precision == "w8af32"
+    assert sel["avx512-bf16"].target.precision == "bf16" and sel["avx512-bf16"].k == 8
     for c in ("amx", "avx512-bf16", "avx512", "avx2"):
-        assert pairs[c].cpu_class == c and f"{c} choice" in pairs[c].choice
-    assert "not measured on this class" in pairs["generic"].choice
+        assert sel[c].origin("target_precision") == f"cpu-class {c}" and f"CPU class {c} choice" in sel[c].reasons[0]
+    assert sel["generic"].origin("target_precision") == "pair qwen-coder-1.5b+0.5b"
+    assert "not measured on this class" in sel["generic"].reasons[0]
 
 
 def test_chosen_perf_combinations_follow_the_class():

@@ -38,7 +38,7 @@ def test_bench_compare_on_tiny_local_models(tiny_matrix, tmp_path):
     assert "Summary (medians over prompts):" in r.stdout
     assert "assisted k=4: median" in r.stdout and "same tokens as plain on 3/3 prompts" in r.stdout
     doc = read_json(out)  # validated against the schema on read too
-    assert doc["schema_version"] == 3 and doc["pair"] == "tiny+draft"
+    assert doc["schema_version"] == 4 and doc["pair"] == "tiny+draft"
     origin = doc["provenance"]  # the commit this test runs from, the machine, and the probe taken before the run
     assert origin["commit"] == subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                                               cwd=os.path.dirname(__file__)).stdout.strip()
@@ -74,7 +74,7 @@ def test_bench_prompt_lookup_and_fixed_length_task(tiny_matrix, tmp_path):
     (["bench", "--schedule", "fast"], "argument --schedule: invalid choice"),
     (["bench", "--task", "chat"], "argument --task: invalid choice"),
     (["bench", "--platform", "tpu"], "Unknown platform 'tpu'"),
-    (["bench", "--pair", "smollm2-135m+lookup", "--draft-precision", "bf16"], "has no effect with prompt-lookup"),
+    (["bench", "--pair", "smollm2-135m+lookup", "--draft-precision", "bf16"], "--draft-precision bf16: this run has no draft model"),
 ])
 def test_bad_options_name_the_option(args, message, tmp_path):
     r = cli(*args, env={"HARNESS_CACHE_DIR": str(tmp_path)})

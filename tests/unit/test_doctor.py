@@ -48,12 +48,14 @@ def test_under_the_avx2_restriction_the_avx2_choice_is_used_and_said(tiny_matrix
     r = cli("--matrix", str(tiny_matrix), "doctor", "--precisions", "fp32", "--no-models", env=AVX2)
     assert r.returncode == 0, r.stderr
     assert "CPU class  avx2:" in r.stdout and "ATen kernels AVX2, oneDNN limit AVX2" in r.stdout
-    assert "target w8af32, draft fp32, K=3" in r.stdout and "planted by the test" in r.stdout
+    assert "target w8af32 (cpu-class avx2), draft fp32 (pair tiny+draft), K=3 (cpu-class avx2)" in r.stdout
+    assert "planted by the test" in r.stdout
 
     out = tmp_path / "bench.json"
     r = cli("--matrix", str(tiny_matrix), "bench", "--no-progress", "--limit", "1", "--json", str(out), env=AVX2)
     assert r.returncode == 0, r.stderr
-    assert "CPU class avx2:" in r.stdout and "precisions w8af32+fp32: avx2 choice" in r.stdout
+    assert "CPU class avx2:" in r.stdout and "target tiny-target w8af32 (cpu-class avx2)" in r.stdout
+    assert "CPU class avx2 choice (tiny+draft.per_cpu_class.avx2)" in r.stdout
     assert "assisted k=3: median" in r.stdout and "predicted" in r.stdout
     doc = json.loads(out.read_text())
     assert doc["cpu_class"]["class"] == "avx2" and doc["target"]["precision"] == "w8af32"
@@ -64,7 +66,7 @@ def test_an_explicit_precision_wins_over_the_class_choice_and_says_so(tiny_matri
     r = cli("--matrix", str(tiny_matrix), "bench", "--no-progress", "--limit", "1", "--max-new-tokens", "8",
             "--target-precision", "fp32", env=AVX2)
     assert r.returncode == 0, r.stderr
-    assert "precisions fp32+fp32: given on the command line (the registry's choice: w8af32+fp32)" in r.stdout
+    assert "target tiny-target fp32 (given), draft tiny-draft fp32 (pair tiny+draft), K=3 (cpu-class avx2)" in r.stdout
 
 
 def test_a_precision_whose_kernel_does_not_run_here_fails_before_loading(tiny_matrix, monkeypatch):

@@ -13,7 +13,8 @@ from harness.core.decode import DecodeSettings
 from harness.core.generate import measure_generation
 from tiny_models import VOCAB, prompt, tiny_model, word_tokenizer
 
-SETTINGS = DecodeSettings(max_new_tokens=40, num_assistant_tokens=4)
+K = 4
+SETTINGS = DecodeSettings(max_new_tokens=40)
 
 
 def test_the_subset_head_scores_the_kept_tokens_exactly_and_no_other():
@@ -45,11 +46,11 @@ def test_assisted_output_is_the_targets_and_acceptance_falls_outside_the_subset(
     target = tiny_model("llama", seed=0)
     ids = prompt(seed=1)
     plain = measure_generation(target, ids, SETTINGS)
-    full = measure_generation(target, ids, SETTINGS, mode="assisted", assistant=copy.deepcopy(target))
+    full = measure_generation(target, ids, SETTINGS, mode="assisted", k=K, assistant=copy.deepcopy(target))
     small = copy.deepcopy(target)
     info = drafthead.restrict_head(small, word_tokenizer(), VOCAB // 2)
     assert info == {"draft_vocab": VOCAB // 2, "vocab": VOCAB}
-    assisted = measure_generation(target, ids, SETTINGS, mode="assisted", assistant=small)
+    assisted = measure_generation(target, ids, SETTINGS, mode="assisted", k=K, assistant=small)
     assert assisted.tokens == plain.tokens
     outside = [t for t in plain.tokens if t >= VOCAB // 2]  # the upper ids are not kept (ranked by id here)
     assert outside, "the test needs target tokens outside the subset"

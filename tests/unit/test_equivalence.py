@@ -14,7 +14,8 @@ from harness.core.decode import DecodeSettings
 from harness.core.generate import measure_generation
 from tiny_models import perturbed, prompt, tiny_model, word_tokenizer
 
-SETTINGS = DecodeSettings(max_new_tokens=24, num_assistant_tokens=4)
+K = 4
+SETTINGS = DecodeSettings(max_new_tokens=24)
 
 
 @contextlib.contextmanager
@@ -51,7 +52,7 @@ def run_triage(target, draft, plant: bool = False) -> list[eq.Triage]:
         ids = prompt(seed=i)
         plain = measure_generation(target, ids, SETTINGS).tokens
         with verification_agrees_with_draft(target) if plant else contextlib.nullcontext():
-            assisted = measure_generation(target, ids, SETTINGS, mode="assisted", assistant=draft).tokens
+            assisted = measure_generation(target, ids, SETTINGS, mode="assisted", k=K, assistant=draft).tokens
         out.append(eq.triage(target, f"p{i}", ids, plain, assisted, eq.EPSILON["fp32"], tokenizer=word_tokenizer()))
     return out
 

@@ -13,7 +13,7 @@ from harness.core.generate import decode_metrics, measure_generation
 from tiny_models import ARCHITECTURES, perturbed, prompt, tiny_model
 
 K = 4
-SETTINGS = DecodeSettings(max_new_tokens=40, num_assistant_tokens=K)
+SETTINGS = DecodeSettings(max_new_tokens=40)
 
 
 @pytest.fixture(scope="module", params=ARCHITECTURES)
@@ -54,15 +54,15 @@ def test_assisted_equals_plain_in_fp32(target):
     assert plain.new_tokens == SETTINGS.max_new_tokens
     assert plain.target_forwards == plain.new_tokens  # one target pass per token
     for name, draft in drafts(target).items():
-        assisted = measure_generation(target, ids, SETTINGS, mode="assisted", assistant=draft)
+        assisted = measure_generation(target, ids, SETTINGS, mode="assisted", k=K, assistant=draft)
         assert assisted.tokens == plain.tokens, name
-    lookup = measure_generation(target, ids, SETTINGS, mode="prompt-lookup")
+    lookup = measure_generation(target, ids, SETTINGS, mode="prompt-lookup", k=K)
     assert lookup.tokens == plain.tokens
 
 
 def test_identical_draft_accepts_every_drafted_token(target):
     ids = prompt(seed=2)
-    r = measure_generation(target, ids, SETTINGS, mode="assisted", assistant=copy.deepcopy(target))
+    r = measure_generation(target, ids, SETTINGS, mode="assisted", k=K, assistant=copy.deepcopy(target))
     assert r.drafted == r.accepted > 0
     assert all(a == d for a, d in zip(r.accepted_per_step, r.drafted_per_step))
     # K+1 tokens per pass until the length budget: ceil(40 / 5) passes
@@ -74,7 +74,7 @@ def test_identical_draft_accepts_every_drafted_token(target):
 def test_counters_match_what_the_tokens_show(target, kind):
     ids = prompt(seed=3)
     draft = drafts(target)[kind]
-    r = measure_generation(target, ids, SETTINGS, mode="assisted", assistant=draft)
+    r = measure_generation(target, ids, SETTINGS, mode="assisted", k=K, assistant=draft)
     assert r.accepted_per_step == replay_acceptance(r.tokens, draft, ids, K)
     assert r.target_forwards == len(r.accepted_per_step)
     assert r.new_tokens == r.target_forwards + r.accepted
@@ -83,25 +83,25 @@ def test_counters_match_what_the_tokens_show(target, kind):
 
 def test_perturbed_draft_gives_partial_acceptance(target):
     """Guards the test above against a degenerate case (all or nothing accepted)."""
-    r = measure_generation(target, prompt(seed=3), SETTINGS, mode="assisted", assistant=drafts(target)["perturbed"])
+    r = measure_generation(target, prompt(seed=3), SETTINGS, mode="assisted", k=K, assistant=drafts(target)["perturbed"])
     assert 0 < r.accepted < r.drafted
 
 
 def test_prompt_lookup_counters(target):
-    r = measure_generation(target, prompt(seed=4), SETTINGS, mode="prompt-lookup")
+    r = measure_generation(target, prompt(seed=4), SETTINGS, mode="prompt-lookup", k=K)
     assert r.new_tokens == r.target_forwards + r.accepted
     assert r.drafted == sum(r.drafted_per_step) >= r.accepted
 
 
 def test_assistant_state_is_reset_between_runs(target):
     draft = drafts(target)["perturbed"]
-    heuristic = DecodeSettings(max_new_tokens=40, num_assistant_tokens=K, schedule="heuristic")
-    h = measure_generation(target, prompt(seed=5), heuristic, mode="assisted", assistant=draft)
+    heuristic = DecodeSettings(max_new_tokens=40, schedule="heuristic")
+    h = measure_generation(target, prompt(seed=5), heuristic, mode="assisted", k=K, assistant=draft)
     assert len(set(h.drafted_per_step[:-3])) > 1  # the heuristic schedule changes K as it goes
     # the state transformers leaves on the assistant after heuristic runs: K moved, threshold 0.4
     draft.generation_config.num_assistant_tokens = 1
     draft.generation_config.assistant_confidence_threshold = 0.4
-    r = measure_generation(target, prompt(seed=5), SETTINGS, mode="assisted", assistant=draft)
+    r = measure_generation(target, prompt(seed=5), SETTINGS, mode="assisted", k=K, assistant=draft)
     budget = SETTINGS.max_new_tokens
     produced = 0
     for drafted, accepted in zip(r.drafted_per_step, r.accepted_per_step):
@@ -110,7 +110,7 @@ def test_assistant_state_is_reset_between_runs(target):
 
 
 def test_timings_are_consistent(target):
-    r = measure_generation(target, prompt(seed=6), SETTINGS, mode="assisted", assistant=drafts(target)["perturbed"])
+    r = measure_generation(target, prompt(seed=6), SETTINGS, mode="assisted", k=K, assistant=drafts(target)["perturbed"])
     assert 0 < r.prefill_ms / 1000 < r.total_s
     expected_tpt, _ = decode_metrics(r.total_s, r.prefill_ms / 1000, r.new_tokens, r.accepted_per_step[0] + 1)
     assert r.time_per_token_ms == pytest.approx(expected_tpt)
@@ -128,7 +128,7 @@ def test_decode_metrics_definition():
 
 def test_bad_calls_are_refused(target):
     with pytest.raises(ValueError, match="assistant model is needed"):
-        measure_generation(target, prompt(), SETTINGS, mode="assisted")
+        measure_generation(target, prompt(), SETTINGS, mode="assisted", k=K)
     with pytest.raises(ValueError, match="shape"):
         measure_generation(target, torch.cat([prompt(), prompt()]), SETTINGS)
     with pytest.raises(ValueError, match="mode must be"):

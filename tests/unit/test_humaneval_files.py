@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from harness.core.selection import Request
 from harness.accuracy import humaneval
 from harness.core import registry
 from harness.cli.main import main
@@ -75,43 +76,43 @@ def test_cli_refuses_without_permission(tmp_path, monkeypatch, capsys):
 
 def test_generate_writes_atomically_and_resumes(tmp_path):
     matrix = registry.load_matrix(write_local_matrix(tmp_path))
-    config = humaneval.build_generate_config(matrix, "tiny+draft", assisted=True, max_new_tokens=6)
+    config = humaneval.build_generate_config(matrix, Request(pair="tiny+draft", max_new_tokens=6), assisted=True)
     out = tmp_path / "samples.jsonl"
     tasks = ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
     # an interrupted run: two rows written, the second torn mid-line
-    first = humaneval.generate(matrix, config, tmp_path / "first.jsonl", task_ids=tasks[:1], progress=False)
+    first = humaneval.generate(config, tmp_path / "first.jsonl", task_ids=tasks[:1], progress=False)
     row = first.rows[0]
     partial = humaneval._partial_path(out)
     partial.write_text(json.dumps(row) + "\n" + json.dumps(row)[:20])
-    s = humaneval.generate(matrix, config, out, task_ids=tasks, progress=False)
+    s = humaneval.generate(config, out, task_ids=tasks, progress=False)
     assert s.resumed == 1 and s.tasks == 3 and not partial.exists()
     lines = [json.loads(l) for l in out.read_text().splitlines()]
     assert [l["task_id"] for l in lines] == tasks and lines[0] == row
     # settings changed: the partial file is not silently mixed in
     partial.write_text(json.dumps(row) + "\n")
-    other = humaneval.build_generate_config(matrix, "tiny+draft", assisted=False, max_new_tokens=6)
+    other = humaneval.build_generate_config(matrix, Request(pair="tiny+draft", max_new_tokens=6), assisted=False)
     with pytest.raises(humaneval.SamplesError, match="other settings"):
-        humaneval.generate(matrix, other, out, task_ids=tasks, progress=False)
+        humaneval.generate(other, out, task_ids=tasks, progress=False)
 
 
 def test_generate_extends_a_finished_run_and_never_shrinks_it(tmp_path):
     matrix = registry.load_matrix(write_local_matrix(tmp_path))
-    config = humaneval.build_generate_config(matrix, "tiny+draft", assisted=False, max_new_tokens=6)
+    config = humaneval.build_generate_config(matrix, Request(pair="tiny+draft", max_new_tokens=6), assisted=False)
     out = tmp_path / "samples.jsonl"
     tasks = ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
-    first = humaneval.generate(matrix, config, out, task_ids=tasks[:2], progress=False)
+    first = humaneval.generate(config, out, task_ids=tasks[:2], progress=False)
     assert first.resumed == 0 and first.tasks == 2
     # a larger selection (make humaneval-full's growing --limit) keeps the finished rows
-    s = humaneval.generate(matrix, config, out, task_ids=tasks, progress=False)
+    s = humaneval.generate(config, out, task_ids=tasks, progress=False)
     assert s.resumed == 2 and s.tasks == 3 and s.rows[:2] == first.rows
     assert [json.loads(l)["task_id"] for l in out.read_text().splitlines()] == tasks
     # a smaller one would drop rows from OUT: refused, the file unchanged
     before = out.read_bytes()
     with pytest.raises(humaneval.SamplesError, match="outside this selection"):
-        humaneval.generate(matrix, config, out, task_ids=tasks[:1], progress=False)
+        humaneval.generate(config, out, task_ids=tasks[:1], progress=False)
     assert out.read_bytes() == before
     # --no-resume replaces it
-    s = humaneval.generate(matrix, config, out, task_ids=tasks[:1], resume=False, progress=False)
+    s = humaneval.generate(config, out, task_ids=tasks[:1], resume=False, progress=False)
     assert s.resumed == 0 and len(out.read_text().splitlines()) == 1
 
 
@@ -127,11 +128,10 @@ def test_compare_pairs_runs_triages_divergences_and_flags_a_wrong_token(tmp_path
     tasks = ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
     runs = {}
     for assisted in (False, True):
-        config = humaneval.build_generate_config(matrix, "tiny+draft", assisted=assisted, max_new_tokens=6)
-        runs[assisted] = humaneval.generate(matrix, config, tmp_path / f"{assisted}.jsonl", task_ids=tasks,
+        config = humaneval.build_generate_config(matrix, Request(pair="tiny+draft", max_new_tokens=6), assisted=assisted)
+        runs[assisted] = humaneval.generate(config, tmp_path / f"{assisted}.jsonl", task_ids=tasks,
                                             progress=False).out
-    pair = matrix.pair("tiny+draft")
-    target = models.load(matrix.model(pair.target), "fp32")
+    target = models.load(matrix.model("tiny-target"), "fp32")
     c = humaneval.compare(runs[False], runs[True], triage_with=lambda config: target)
     assert [t.task_id for t in c.tasks] == tasks and c.triage_counts() == {"exact": 3, "near-tie": 0, "failed": 0}
     with pytest.raises(humaneval.SamplesError, match="a plain run, then an assisted one"):

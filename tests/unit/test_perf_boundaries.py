@@ -83,7 +83,7 @@ def tiny_runner(tmp_path_factory):
     matrix = registry.load_matrix(write_local_matrix(tmp_path_factory.mktemp("tiny")))
     combo = next(c for c in combinations(matrix) if c.pair == "tiny+draft")
     settings = PerfSettings.from_matrix(matrix, rounds=2, max_rounds=2)
-    runner = Runner(matrix, combo, load_pair(matrix, combo), settings)
+    runner = Runner(combo, load_pair(combo), settings)
     runner.round()
     runner.round()
     return runner

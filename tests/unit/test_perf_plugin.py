@@ -148,9 +148,17 @@ def test_a_live_check_runs_end_to_end(workspace):
     """The stored gate live on unchanged code: plumbing (both combinations gated, reports written, the
     exit status agrees with the verdicts), whatever this host's noise decides on tiny models."""
     matrix, directory = workspace
-    live = gate(matrix, directory, "--perf-max-repeats", "12")
+    live = gate(matrix, directory, "--perf-max-repeats", "12", "--benchmark-disable", "--benchmark-json",
+                str(directory / "benchmark.json"))
     found = verdicts(directory)
     assert set(found) == {CID, "tiny+lookup:fp32:cpu:greedy:k3"}, live.stdout
+    # make's --benchmark-disable: the gate's rounds are still in --benchmark-json, in pytest-benchmark's format
+    written = json.loads((directory / "benchmark.json").read_text())
+    by_name = {b["name"]: b for b in written["benchmarks"]}
+    assert set(by_name) == {f"test_perf[{cid}]" for cid in found} and written["machine_info"]["python_version"]
+    entry = by_name[f"test_perf[{CID}]"]
+    assert entry["extra_info"]["verdict"] == found[CID] and entry["stats"]["rounds"] == len(entry["stats"]["data"])
+    assert entry["stats"]["rounds"] == len(entry["extra_info"]["rounds"]) >= 3 and entry["stats"]["min"] > 0
     assert set(found.values()) <= {"pass", "undecided", "regression", "improvement"}, found
     assert live.returncode == (1 if "regression" in found.values() else 0), live.stdout
     assert "perf gate: 2 gated" in live.stdout and "exact pass" in live.stdout
@@ -323,3 +331,25 @@ def test_a_report_folder_that_cannot_be_written_keeps_the_baseline(measured, tmp
     assert "error: " in r.stdout and str(blocked) in r.stdout, r.stdout[-3000:]
     doc = json.loads(next((tmp_path / "baselines").glob("*.json")).read_text())
     assert CID in doc["combinations"]  # written before the report failed
+
+
+def test_the_ab_gate_rounds_are_one_entry_per_arm():
+    from harness.perf import benchmark_json
+    from harness.perf.outcome import Outcome
+    from harness.perf.record import ABDetail, CombinationResult, Round
+
+    def rounds(wall):
+        return [Round(1.0, 2.0, 2.0, {}, wall_s=w) for w in wall]
+
+    ab = ABDetail(base="HEAD~1 0123456789ab", candidate="tree", mode="duet", base_rounds=rounds([2.0, 2.2]),
+                  ratios={}, redone=0, restarts=0, behaviour_changes=[])
+    results = [CombinationResult(combination=CID, platform="p", gate="ab", verdict=Outcome.PASS,
+                                 rounds=rounds([1.0, 1.2, 1.1]), ab=ab),
+               CombinationResult(combination="other", platform="p", gate="stored", verdict=Outcome.PASS,
+                                 rounds=rounds([3.0]))]
+    found = {e["name"]: e for e in benchmark_json.entries(results, {CID: "tests/perf/x.py::test_perf[c]"})}
+    base, candidate = found[f"test_perf[{CID}] (base HEAD~1 0123456789ab)"], found[f"test_perf[{CID}] (candidate tree)"]
+    assert (base["stats"]["rounds"], candidate["stats"]["rounds"]) == (2, 3) and candidate["stats"]["max"] == 1.2
+    assert "test_perf[other]" in found
+    only_ab = benchmark_json.entries(results, {}, ab_only=True)  # pytest-benchmark has the stored gate's own
+    assert {e["name"] for e in only_ab} == {base["name"], candidate["name"]}

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from harness.core.selection import Request
 from harness.core import bench, capability, kernels, models, registry
 from harness.core.errors import HarnessError, RegistryError, UnknownNameError
 from harness.perf.combinations import combinations
@@ -42,12 +43,15 @@ def tiny_matrix(tmp_path_factory):
 
 def test_the_preset_of_this_class_sets_precisions_k_and_the_reference(tiny_matrix):
     m = registry.load_matrix(tiny_matrix)
-    cfg = bench.build_config(m, "tiny+draft", preset="fastest")
-    assert (cfg.target_precision, cfg.draft_precision, cfg.ks) == ("w8af32", "fp32", (3,))
-    assert cfg.reference_precision == "fp32" and cfg.preset.cpu_class == m.cpu_class
+    cfg = bench.build_config(m, Request(pair="tiny+draft", preset="fastest"))
+    sel = cfg.selection
+    assert (sel.target.precision, sel.draft.precision, sel.ks) == ("w8af32", "fp32", (3,))
+    assert sel.reference_precision == "fp32" and sel.preset.cpu_class == m.cpu_class
+    assert sel.origin("k") == sel.origin("target_precision") == "preset fastest"
     assert [c.label for c in cfg.configurations()] == ["plain", "plain fp32", "assisted k=3"]
-    explicit = bench.build_config(m, "tiny+draft", preset="fastest", target_precision="fp32", ks=(2,))
-    assert (explicit.target_precision, explicit.ks) == ("fp32", (2,))
+    explicit = bench.build_config(m, Request(pair="tiny+draft", preset="fastest", target_precision="fp32", ks=(2,)))
+    assert (explicit.selection.target.precision, explicit.selection.ks) == ("fp32", (2,))
+    assert explicit.selection.origin("k") == "given" and explicit.selection.origin("draft_precision") == "preset fastest"
     assert explicit.reference is None  # the reference is the target's own precision: no second plain arm
 
 
@@ -55,15 +59,15 @@ def test_a_class_without_the_preset_and_an_unknown_preset_are_one_line_errors(tm
     path = _with_presets(write_local_matrix(tmp_path), _preset_tables(["amx"]), perf_token=None)
     m = registry.load_matrix(path, cpu_class="avx2")
     with pytest.raises(RegistryError) as info:
-        bench.build_config(m, "tiny+draft", preset="fastest")
+        bench.build_config(m, Request(pair="tiny+draft", preset="fastest"))
     message = str(info.value)
     assert message.startswith("--preset fastest:") and "CPU class avx2" in message and "measured on: amx" in message
     assert "\n" not in message
     with pytest.raises(UnknownNameError) as info:
-        bench.build_config(m, "tiny+draft", preset="fastst")
+        bench.build_config(m, Request(pair="tiny+draft", preset="fastst"))
     assert "Did you mean 'fastest'?" in str(info.value) and "--preset" in str(info.value)
     with pytest.raises(RegistryError, match="has no presets"):
-        bench.build_config(m, "tiny+lookup", preset="fastest")
+        bench.build_config(m, Request(pair="tiny+lookup", preset="fastest"))
 
 
 def test_a_preset_needs_a_why_and_a_draft_precision_and_a_known_class(tmp_path):
@@ -92,13 +96,16 @@ def test_bench_preset_runs_the_reference_arm_and_records_both_precisions(tiny_ma
     r = cli("--matrix", str(tiny_matrix), "bench", "--preset", "fastest", "--no-progress", "--limit", "2",
             "--max-new-tokens", "8", "--json", str(out))
     assert r.returncode == 0, r.stderr
-    assert "precisions w8af32+fp32: preset fastest for CPU class" in r.stdout
+    assert "target tiny-target w8af32 (preset fastest), draft tiny-draft fp32 (preset fastest), K=3 (preset fastest)" in r.stdout
+    assert "preset fastest for CPU class" in r.stdout
     assert "reference  plain decoding at fp32 runs beside plain w8af32" in r.stdout
     assert "Plain decoding, reference precision: target tiny-target (fp32)" in r.stdout
     assert "vs Reference" in r.stdout and "over the reference plain arm" in r.stdout
     doc = json.loads(out.read_text())
     assert doc["target"]["precision"] == "w8af32" and doc["reference"]["precision"] == "fp32"
     assert doc["settings"]["reference_precision"] == "fp32" and doc["preset"]["name"] == "fastest"
+    assert doc["selection"]["origins"]["reference_precision"] == "preset fastest"
+    assert doc["selection"]["values"]["k"] == [3] and doc["selection"]["preset"] == "fastest"
     assisted = next(s for s in doc["summary"] if s["mode"] == "assisted")
     assert assisted["median_speedup_vs_reference"] > 0
     rows = [row for row in doc["rows"] if row["mode"] == "assisted"]
@@ -115,8 +122,9 @@ def test_bench_preset_runs_the_reference_arm_and_records_both_precisions(tiny_ma
     old = tmp_path / "v1.json"
     old.write_text(json.dumps(v1))
     read = report.read_json(old)
-    assert read["schema_version"] == 3 and all(r["speedup_vs_reference"] is None for r in read["rows"])
+    assert read["schema_version"] == 4 and all(r["speedup_vs_reference"] is None for r in read["rows"])
     assert read["provenance"] is None  # measured before results recorded where they came from
+    assert read["selection"] is None  # ... and before they recorded where each value came from
 
 
 def test_without_a_reference_there_is_no_reference_column(tiny_matrix):
@@ -130,7 +138,7 @@ def test_a_reference_precision_whose_kernel_does_not_run_is_named_before_loading
     monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("a model was loaded"))
     m = registry.load_matrix(tiny_matrix)
     with pytest.raises(HarnessError) as info:
-        bench.build_config(m, "tiny+draft", reference_precision="w8abf16")
+        bench.build_config(m, Request(pair="tiny+draft", reference_precision="w8abf16"))
     message = str(info.value)
     assert message.startswith("--reference-precision w8abf16:") and "no int8 weight-only kernel" in message
     assert "Precisions that run here: " in message and "\n" not in message
@@ -200,14 +208,14 @@ def test_the_reference_arm_runs_the_target_loaded_at_the_reference_precision(tin
     ran: dict[str, set[bool]] = {}
     real = bench.measure_generation
 
-    def spy(model, ids, settings, *, mode, assistant=None, tokenizer=None):
+    def spy(model, ids, settings, *, mode, k=None, assistant=None, tokenizer=None):
         quantized = any(isinstance(x, Int8DynamicLinear) for x in model.modules())
         ran.setdefault(f"{mode} {assistant is not None}", set()).add(quantized)
-        return real(model, ids, settings, mode=mode, assistant=assistant, tokenizer=tokenizer)
+        return real(model, ids, settings, mode=mode, k=k, assistant=assistant, tokenizer=tokenizer)
 
     monkeypatch.setattr(bench, "measure_generation", spy)
     m = registry.load_matrix(tiny_matrix)
-    cfg = bench.build_config(m, "tiny+draft", preset="fastest", limit=1, max_new_tokens=6)
-    bench.run_bench(m, cfg, progress=False)
+    cfg = bench.build_config(m, Request(pair="tiny+draft", preset="fastest", max_new_tokens=6), limit=1)
+    bench.run_bench(cfg, progress=False)
     # plain runs happened on both models: the w8af32 target and the fp32 reference
     assert ran["plain False"] == {True, False} and ran["assisted True"] == {True}

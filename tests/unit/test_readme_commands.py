@@ -47,8 +47,10 @@ def test_pytest_m_perf_from_the_repository_root():
     assert "import file mismatch" not in r.stdout
     ids = collected(r)
     # the default pair with this CPU class's precisions and K (amx: bf16+w8af32-tensor, k6)
-    pair = registry.load_matrix().pair("qwen-coder-1.5b+0.5b")
-    default = f"qwen-coder-1.5b+0.5b:{pair.precisions}:cpu:greedy:k{pair.num_assistant_tokens}"
+    from harness.core.selection import Request, resolve
+
+    sel = resolve(registry.load_matrix(), Request(pair="qwen-coder-1.5b+0.5b", check_here=False))
+    default = f"qwen-coder-1.5b+0.5b:{sel.precisions}:cpu:greedy:k{sel.k}"
     assert f"tests/perf/test_perf_gate.py::test_perf[{default}]" in ids
     assert all("tests/perf/" in line for line in ids)
 

@@ -16,10 +16,11 @@ from tiny_models import write_local_matrix
 def results_doc(tmp_path_factory):
     from harness.core import bench, report
     from harness.core.registry import load_matrix
+    from harness.core.selection import Request
 
     matrix = load_matrix(write_local_matrix(tmp_path_factory.mktemp("tiny")))
-    cfg = bench.build_config(matrix, "tiny+draft", limit=2, max_new_tokens=8)
-    return report.to_json(bench.run_bench(matrix, cfg, progress=False), ["test"])
+    cfg = bench.build_config(matrix, Request(pair="tiny+draft", max_new_tokens=8), limit=2)
+    return report.to_json(bench.run_bench(cfg, progress=False), ["test"])
 
 
 def test_round_trip(results_doc, tmp_path):

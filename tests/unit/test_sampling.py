@@ -33,7 +33,7 @@ def models():
 def prefix_for(target, temperature, top_p):
     """The prompt, extended to a position where the next token is a real draw under these settings
     (at T=0.1 the prompt's own next token is 98% one token: a test there could not fail)."""
-    s = DecodeSettings(max_new_tokens=2, do_sample=True, temperature=temperature, top_p=top_p, num_assistant_tokens=4)
+    s = DecodeSettings(max_new_tokens=2, do_sample=True, temperature=temperature, top_p=top_p)
     return sampling.contested_prefix(target, prompt(seed=3), s).ids, s
 
 
@@ -42,7 +42,7 @@ def test_assisted_sampling_keeps_the_distribution(models, temperature, top_p):
     target, draft = models
     ids, s = prefix_for(target, temperature, top_p)
     plain = sampling.sample_tokens(target, ids, s, N, seed0=0)
-    assisted = sampling.sample_tokens(target, ids, s, N, assistant=draft, seed0=10**6)
+    assisted = sampling.sample_tokens(target, ids, s, N, assistant=draft, k=4, seed0=10**6)
     result = sampling.compare("p3", plain, assisted, temperature=temperature, top_p=top_p)
     assert result.positions[0].dof >= 1, f"vacuous: one token only at the first position; {result.describe()}"
     assert result.passed, result.describe()
@@ -55,7 +55,7 @@ def test_biased_sampler_fails(models, temperature, top_p):
     ids, s = prefix_for(target, temperature, top_p)
     plain = sampling.sample_tokens(target, ids, s, N, seed0=0)
     with verification_agrees_with_draft(target):
-        biased = sampling.sample_tokens(target, ids, s, N, assistant=draft, seed0=10**6)
+        biased = sampling.sample_tokens(target, ids, s, N, assistant=draft, k=4, seed0=10**6)
     result = sampling.compare("p3", plain, biased, temperature=temperature, top_p=top_p)
     assert not result.passed, result.describe()
 

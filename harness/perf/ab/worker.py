@@ -47,13 +47,13 @@ class Worker:
         from harness.perf.combinations import Combination, PerfSettings
         from harness.perf.runner import Runner, load_pair
 
-        matrix = registry.load_matrix(request.get("matrix"))
-        combo = Combination(**request["combination"])
+        matrix = registry.load_matrix(request.get("matrix"), user=request.get("user_registry"))
         settings = PerfSettings(**request["settings"])
+        combo = Combination.from_request(matrix, request["combination"], settings)
         plant = request.get("plant") or {}
         start = time.perf_counter()
-        loaded = load_pair(matrix, combo, slowdown=plant.get("fraction", 0.0), plant_into=plant.get("into", "target"))
-        self.runner = Runner(matrix, combo, loaded, settings)
+        loaded = load_pair(combo, slowdown=plant.get("fraction", 0.0), plant_into=plant.get("into", "target"))
+        self.runner = Runner(combo, loaded, settings)
         self.runner.warmup()
         return {"prompt_ids": [p.id for p in self.runner.prompts], "load_s": time.perf_counter() - start}
 
