@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.cli.options import float_in, int_in, int_list_in, name_list, sandbox_options
 from harness.core import models, registry
-from harness.core.errors import HarnessError
+from harness.core.errors import BadInputError
 from harness.core.progress import bar as progress_bar
 
 
@@ -62,7 +62,7 @@ def humaneval_generate(matrix: registry.Matrix, args: argparse.Namespace) -> int
     from harness.accuracy import humaneval
 
     if args.draft_precision and not args.assisted:
-        raise HarnessError("--draft-precision applies to --assisted-generation")
+        raise BadInputError("--draft-precision applies to --assisted-generation")
     device = matrix.platform(args.platform).device
     config = humaneval.build_generate_config(
         matrix, args.pair or matrix.defaults.pair, assisted=args.assisted, target_precision=args.target_precision,
