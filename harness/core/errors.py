@@ -49,6 +49,9 @@ class IntegrityError(HarnessError):
     exit_status = 5
 
 
+KINDS = (BadInputError, MissingModelError, UnsupportedHereError, IntegrityError)
+
+
 class UnknownNameError(BadInputError, KeyError):
     """A model, pair, prompt set or platform name that the registry does not have."""
 
