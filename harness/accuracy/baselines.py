@@ -8,15 +8,15 @@ from typing import Any
 
 
 from harness.core import jsonio
-from harness.core.errors import HarnessError
+from harness.core.errors import IntegrityError
 from harness.core.registry import PACKAGE_DIR
 
 PATH = PACKAGE_DIR.parent / "baselines" / "accuracy.json"
 SCHEMA = PACKAGE_DIR.parent / "baselines" / "accuracy.schema.json"
 
 
-class AccuracyBaselineError(HarnessError):
-    pass
+class AccuracyBaselineError(IntegrityError):
+    """baselines/accuracy.json (or an entry written to it) fails its strict read or its schema: fix or restore it."""
 
 
 def key(pair: str, target_precision: str, draft_precision: str, selection: str) -> str:

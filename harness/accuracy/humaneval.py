@@ -29,7 +29,7 @@ from typing import Any
 
 from harness.core import jsonio, models, prompts
 from harness.sandbox import execute as sandbox
-from harness.core.errors import HarnessError, UnknownNameError
+from harness.core.errors import BadInputError, UnknownNameError
 from harness.core.generate import ASSISTED, PLAIN, measure_generation
 from harness.core.progress import bar as progress_bar
 from harness.core.registry import Matrix
@@ -41,7 +41,7 @@ PROMPT_SET = "humaneval-all"  # the registry's HumanEval set: every task, with i
 MAX_NEW_TOKENS = 512
 
 
-class SamplesError(HarnessError):
+class SamplesError(BadInputError):
     """A samples file that cannot be used; the message names the file and line."""
 
 
@@ -117,11 +117,11 @@ def build_generate_config(matrix: Matrix, request: Request, *, assisted: bool) -
     """HumanEval's selection: greedy, the `humaneval-all` prompt set's stop sequences, MAX_NEW_TOKENS
     unless the request says otherwise."""
     if request.draft_precision and not assisted:
-        raise HarnessError("--draft-precision applies to --assisted-generation")
+        raise BadInputError("--draft-precision applies to --assisted-generation")
     sel = resolve(matrix, dataclasses.replace(
         request, prompt_set=PROMPT_SET, max_new_tokens=request.max_new_tokens or MAX_NEW_TOKENS, do_sample=False))
     if assisted and sel.draft is None:
-        raise HarnessError(f"pair {sel.pair!r} has no draft model; --assisted-generation needs a draft pair "
+        raise BadInputError(f"pair {sel.pair!r} has no draft model; --assisted-generation needs a draft pair "
                            "(see `python -m harness pairs`)")
     return GenerateConfig(selection=sel, mode=ASSISTED if assisted else PLAIN)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from scipy.stats import chi2_contingency
 
-from harness.core.errors import HarnessError
+from harness.core.errors import BadInputError
 from harness.core.decode import DecodeSettings
 from harness.core.generate import ASSISTED, PLAIN, measure_generation
 
@@ -110,7 +110,7 @@ def contested_prefix(target: torch.nn.Module, ids: torch.LongTensor, settings: D
         if values[1] >= min_second:
             return ContestedPrefix(ids, step, [(int(t), float(v)) for t, v in zip(tokens, values)])
         ids = torch.cat([ids, tokens[:1].view(1, 1)], dim=1)
-    raise HarnessError(f"no position in {max_steps} greedy steps gives a second token {min_second:.0%} at "
+    raise BadInputError(f"no position in {max_steps} greedy steps gives a second token {min_second:.0%} at "
                      f"temperature {settings.temperature}, top-p {settings.top_p}; use another prompt or more steps")
 
 

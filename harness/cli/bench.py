@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.cli.options import float_in, int_in, parse_ks
 from harness.core import registry
-from harness.core.errors import HarnessError
+from harness.core.errors import BadInputError
 from harness.core.selection import Request
 
 
@@ -102,7 +102,7 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     from harness.history import store as history_store
 
     if (args.temperature is not None or args.top_p is not None) and not args.do_sample:
-        raise HarnessError("--temperature and --top-p apply to sampling; add --do-sample")
+        raise BadInputError("--temperature and --top-p apply to sampling; add --do-sample")
     pair = matrix.pair_for_model_name(args.model_name).name if args.model_name else args.pair
     request = Request(
         pair=pair, target=args.target, draft=args.draft, preset=args.preset, task=args.task,

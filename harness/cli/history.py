@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.core.errors import HarnessError
+from harness.core.errors import BadInputError
 from harness.history import store
 
 DEFAULT = Path("results/history.sqlite")
@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     path = args.history or store.default_path() or DEFAULT
     if not path.is_file():
-        raise HarnessError(f"--history {path}: no history there yet; `make bench` or `make perf-ab` start one")
+        raise BadInputError(f"--history {path}: no history there yet; `make bench` or `make perf-ab` start one")
     with store.Store(path) as s:
         points = s.series(combination=args.combination, metric=args.metric, platform_id=args.platform)
     if not points:

@@ -14,11 +14,23 @@ from pathlib import Path
 
 from harness.cli import bench, doctor, history, humaneval, models, reference, sandbox
 from harness.core import registry, termination
-from harness.core.errors import HarnessError
+from harness.core.errors import BadInputError, HarnessError, IntegrityError, MissingModelError, UnsupportedHereError
+
+EXIT_STATUSES = f"""exit status:
+  0    done
+  1    some items failed (models fetch, humaneval evaluate, sandbox selftest): the lines above name them
+  {BadInputError.exit_status}    bad input: an option, environment variable, file or registry entry is wrong; fix it
+       (argparse's usage errors, and an OS error on a path: missing, no permission, disk full)
+  {MissingModelError.exit_status}    a model is not here: fetch it (the message gives the command)
+  {UnsupportedHereError.exit_status}    this machine cannot do it (kernel, device, sandbox, git history): run it where it can
+  {IntegrityError.exit_status}    stored data failed its checksum or schema, or is of another version: restore or regenerate it
+  130  interrupted (Ctrl-C)
+  {termination.EXIT_STATUS}  terminated (SIGTERM)"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0], epilog=EXIT_STATUSES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--matrix", type=Path, default=None, help="registry file (default: harness/matrix.toml)")
     p.add_argument(registry.USER_REGISTRY_OPTION, dest="user_registry", type=Path, default=None, metavar="PATH",
                    help="your own registry file merged over the packaged one: models, pairs, prompt sets, or single "
@@ -47,9 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with termination.sigterm_as_interrupt():  # SIGTERM cleans up on the way out, as Ctrl-C does
             return _dispatch(args)
-    except HarnessError as exc:
+    except HarnessError as exc:  # the status of its kind (harness/core/errors.py)
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_status
     except OSError as exc:  # disk full, permission denied, a folder where a file should be: the path, not a traceback
         where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
         print(f"error: {where + ': ' if where else ''}{exc.strerror or exc}", file=sys.stderr)

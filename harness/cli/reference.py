@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import harness
-from harness.core.errors import HarnessError
+from harness.core.errors import BadInputError, UnsupportedHereError
 from harness.perf.ab import reference, revision
 
 MARKER = "perf and not slow"
@@ -47,7 +47,7 @@ def move(args: argparse.Namespace) -> int:
     repo = revision.repository_root(Path(harness.__file__).parent)
     tree = revision.working_tree(repo)
     if tree.label != "working tree":
-        raise HarnessError("reference move: the working tree has uncommitted changes; commit them, then move the "
+        raise BadInputError("reference move: the working tree has uncommitted changes; commit them, then move the "
                            "reference to that commit")
     current = reference.read() if reference.PATH.exists() else None
     if current is not None and current.commit == tree.commit:
@@ -57,7 +57,7 @@ def move(args: argparse.Namespace) -> int:
     regressed = [line for line in evidence if " REGRESSION" in line or line.startswith("regression")]
     if regressed and not args.accept_regression:
         print("\n".join(evidence))
-        raise HarnessError("reference move: the A/B run found a regression (above); fix it, or pass "
+        raise BadInputError("reference move: the A/B run found a regression (above); fix it, or pass "
                            "--accept-regression with a --reason that says why it is accepted")
     new = reference.moved_to(tree.commit, args.reason, current, evidence)
     reference.write(new)
@@ -76,7 +76,7 @@ def ab_run(repo: Path, marker: str) -> list[str]:
         done = subprocess.run(cmd, cwd=repo)
         report = Path(out) / "results.json"
         if not report.exists():
-            raise HarnessError(f"reference move: the A/B run measured nothing (pytest exit {done.returncode}); "
+            raise UnsupportedHereError(f"reference move: the A/B run measured nothing (pytest exit {done.returncode}); "
                                "the reference was not moved")
         results = json.loads(report.read_text())["results"]
     if done.returncode != 0:

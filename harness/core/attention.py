@@ -14,7 +14,7 @@ import difflib
 import importlib.util
 from dataclasses import dataclass
 
-from harness.core.errors import HarnessError
+from harness.core.errors import BadInputError, UnsupportedHereError
 
 DEFAULT = "sdpa"  # transformers' own default where torch has scaled_dot_product_attention
 ON_CPU = ("eager", "sdpa", "flex_attention")
@@ -44,7 +44,7 @@ def available(device: str) -> tuple[str, ...]:
 def resolve(name: str | None, *, fast: bool = False, device: str = "cpu") -> AttentionChoice:
     """The implementation to load the models with, from --attention NAME and --fast_attention."""
     if fast and name is not None:
-        raise HarnessError(f"--fast-attention and --attention {name}: give one of them "
+        raise BadInputError(f"--fast-attention and --attention {name}: give one of them "
                            "(--fast-attention is the fused kernel: sdpa on a CPU)")
     if fast:
         if device != "cpu" and importlib.util.find_spec(GPU_ONLY["flash_attention_2"]):
@@ -59,8 +59,8 @@ def resolve(name: str | None, *, fast: bool = False, device: str = "cpu") -> Att
     if name in here:
         return AttentionChoice(name)
     if name in GPU_ONLY:
-        raise HarnessError(f"--attention {name}: needs a CUDA GPU and the {GPU_ONLY[name]} package; "
+        raise UnsupportedHereError(f"--attention {name}: needs a CUDA GPU and the {GPU_ONLY[name]} package; "
                            f"on {device} choose {', '.join(here)}")
     close = difflib.get_close_matches(name, [*ON_CPU, *GPU_ONLY], n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise HarnessError(f"--attention {name}: not an attention implementation.{hint} On {device}: {', '.join(here)}")
+    raise BadInputError(f"--attention {name}: not an attention implementation.{hint} On {device}: {', '.join(here)}")

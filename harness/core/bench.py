@@ -15,7 +15,7 @@ import torch
 
 from harness.core import descriptive, interleave, models, predict, prompts
 from harness.core.decode import DecodeSettings
-from harness.core.errors import HarnessError
+from harness.core.errors import BadInputError, HarnessError
 from harness.core.generate import ASSISTED, PLAIN, measure_generation
 from harness.core.predict import StepCosts
 from harness.core.progress import bar as progress_bar
@@ -87,7 +87,7 @@ def build_config(matrix: Matrix, request: Request, *, mode: str = "compare", rep
     """The selection (resolved once) and bench's own settings: which arms, repeats, a prompt limit."""
     selection = resolve(matrix, request)
     if mode != "plain" and selection.mode == ASSISTED and selection.draft is None:
-        raise HarnessError(f"pair {selection.pair!r} has no draft model; use --prompt-lookup N or another pair")
+        raise BadInputError(f"pair {selection.pair!r} has no draft model; use --prompt-lookup N or another pair")
     return BenchConfig(selection=selection, run_plain=mode in ("compare", "plain"),
                        run_assisted=mode in ("compare", "assisted"),
                        repeats=repeats or matrix.defaults.repeats, limit=limit)
@@ -107,8 +107,9 @@ def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
     if cfg.reference:
         try:
             reference = models.load(sel.target.spec, cfg.reference.reference, sel.device, attention=attention)
-        except HarnessError as exc:
-            raise HarnessError(f"--reference-precision {cfg.reference.reference}: {exc}") from None
+        except HarnessError as exc:  # the same kind, named by the option that asked for it
+            exc.args = (f"--reference-precision {cfg.reference.reference}: {exc}", *exc.args[1:])
+            raise
     draft = None
     if cfg.run_assisted and sel.draft is not None:
         draft = models.load(sel.draft.spec, sel.draft.precision, sel.device, draft_vocab=sel.draft.draft_vocab,

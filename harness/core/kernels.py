@@ -42,12 +42,12 @@ INT8_KERNEL_NAME = {"onednn": "oneDNN int8 GEMM, prepacked", "int_mm": "torch._i
 def int8_kernel() -> str:
     """This process's int8 GEMM: $HARNESS_INT8_KERNEL, else the CPU class's entry in INT8_KERNEL."""
     from harness.core import capability
-    from harness.core.errors import HarnessError
+    from harness.core.errors import BadInputError
     from quant.layers import INT8_KERNELS
 
     if chosen := os.environ.get(INT8_KERNEL_ENV):
         if chosen not in INT8_KERNELS:
-            raise HarnessError(f"{INT8_KERNEL_ENV}={chosen!r}: choose one of {', '.join(INT8_KERNELS)}, "
+            raise BadInputError(f"{INT8_KERNEL_ENV}={chosen!r}: choose one of {', '.join(INT8_KERNELS)}, "
                                "or unset it for this CPU class's choice")
         return chosen
     return INT8_KERNEL[capability.detect().name]

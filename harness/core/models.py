@@ -35,12 +35,13 @@ from urllib.parse import urlparse
 
 from harness.core import locks, progress as progress_bars
 from harness.core.errors import (
-    HarnessError,
+    BadInputError,
     IntegrityError,
     ModelNotFetchedError,
     ModelUnavailableError,
     QuantizationError,
     UnknownNameError,
+    UnsupportedHereError,
 )
 from harness.core.registry import GgufParts, Matrix, ModelSpec
 
@@ -401,7 +402,7 @@ def require_kernel(precision: str, *, named_by: str | None = None, via: str = ""
     if why:
         works = [p for p in kernels.KERNEL if p != precision and kernels.failure(p) is None]
         what = (f"{named_by} {precision}" if named_by else f"precision {precision!r}") + via
-        raise HarnessError(f"{what}: its kernel ({kernels.kernel_name(precision)}) does not run "
+        raise UnsupportedHereError(f"{what}: its kernel ({kernels.kernel_name(precision)}) does not run "
                            f"on this CPU (class {capability.detect().name}): {why}. Precisions that run here: "
                            f"{', '.join(works)} (python -m harness doctor)")
 
@@ -419,10 +420,10 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: i
 
     quantized = precision in quant.methods()
     if precision not in FLOAT_DTYPES and not quantized:
-        raise HarnessError(f"unknown precision {precision!r}; choose from "
+        raise BadInputError(f"unknown precision {precision!r}; choose from "
                            f"{', '.join([*FLOAT_DTYPES, *quant.methods()])}")
     if quantized and device != "cpu":
-        raise HarnessError(f"precision {precision!r} runs on the CPU only; use bf16/fp16/fp32 on {device}")
+        raise BadInputError(f"precision {precision!r} runs on the CPU only; use bf16/fp16/fp32 on {device}")
     if device == "cpu":
         require_kernel(precision)
     path = resolve_path(spec)
@@ -439,7 +440,7 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: i
         try:
             head = restrict_head(model, tokenizer, draft_vocab)
         except ValueError as exc:
-            raise HarnessError(f"model {spec.name!r}: {exc}") from None
+            raise BadInputError(f"model {spec.name!r}: {exc}") from None
     if quantized:
         from quant.cache import cached_quantize
         from quant.calibration import token_windows
@@ -467,7 +468,8 @@ def _set_attention(model: Any, name: str, attention: str) -> None:
         model.set_attn_implementation(attention)
     except (ValueError, ImportError) as exc:  # the architecture does not support it, or a package is missing
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise HarnessError(f"model {name!r}: --attention {attention}: {first}") from None
+        kind = UnsupportedHereError if isinstance(exc, ImportError) else BadInputError
+        raise kind(f"model {name!r}: --attention {attention}: {first}") from None
 
 
 def attention_of(model: Any) -> str | None:

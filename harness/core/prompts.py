@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core.errors import HarnessError, UnknownNameError
+from harness.core.errors import BadInputError, UnknownNameError
 from harness.core.registry import PromptSetSpec
 
 
@@ -55,7 +55,7 @@ def load_prompts(spec: PromptSetSpec, tokenizer: Any = None, *, limit: int | Non
             raise ValueError("a corpus prompt set needs the target's tokenizer")
         prompts = fixed_length_prompts(spec, tokenizer)
     else:
-        raise HarnessError(f"prompt set {spec.name!r}: unknown source {spec.source!r}")
+        raise BadInputError(f"prompt set {spec.name!r}: unknown source {spec.source!r}")
     return prompts[:limit] if limit else prompts
 
 
@@ -64,7 +64,7 @@ def _read_jsonl(spec: PromptSetSpec) -> list[Prompt]:
     try:
         lines = spec.path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise HarnessError(f"prompt set {spec.name!r}: file {spec.path} not found") from None
+        raise BadInputError(f"prompt set {spec.name!r}: file {spec.path} not found") from None
     prompts = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -73,16 +73,16 @@ def _read_jsonl(spec: PromptSetSpec) -> list[Prompt]:
             row = json.loads(line)
             prompts.append(Prompt(str(row["id"]), str(row["text"])))
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise HarnessError(f"{spec.path}:{n}: each line must be a JSON object with 'id' and 'text' ({exc})") from None
+            raise BadInputError(f"{spec.path}:{n}: each line must be a JSON object with 'id' and 'text' ({exc})") from None
     if not prompts:
-        raise HarnessError(f"{spec.path}: no prompts")
+        raise BadInputError(f"{spec.path}: no prompts")
     return prompts
 
 
 def corpus_text(name: str) -> str:
     """A large text that is always installed: 'pydoc_data.topics' (Python's own help topics)."""
     if name != "pydoc_data.topics":
-        raise HarnessError(f"unknown corpus {name!r}; available: pydoc_data.topics")
+        raise BadInputError(f"unknown corpus {name!r}; available: pydoc_data.topics")
     topics = importlib.import_module("pydoc_data.topics").topics
     return "\n\n".join(topics[key] for key in sorted(topics))
 
@@ -94,5 +94,5 @@ def fixed_length_prompts(spec: PromptSetSpec, tokenizer: Any) -> list[Prompt]:
     need = max(spec.lengths)
     ids = tokenizer(text[: need * 16], add_special_tokens=False)["input_ids"]
     if len(ids) < need:
-        raise HarnessError(f"corpus {spec.corpus!r} gave {len(ids)} tokens; prompt set {spec.name!r} needs {need}")
+        raise BadInputError(f"corpus {spec.corpus!r} gave {len(ids)} tokens; prompt set {spec.name!r} needs {need}")
     return [Prompt(f"len-{n}", tokenizer.decode(ids[:n]), tuple(ids[:n])) for n in spec.lengths]

@@ -29,7 +29,7 @@ from harness.core import models
 from harness.core.attention import AttentionChoice
 from harness.core.attention import resolve as resolve_attention
 from harness.core.decode import DecodeSettings
-from harness.core.errors import HarnessError, RegistryError, UnknownNameError
+from harness.core.errors import BadInputError, RegistryError, UnknownNameError, UnsupportedHereError
 from harness.core.generate import ASSISTED, PROMPT_LOOKUP
 from harness.core.platform import device_available
 from harness.core.registry import Matrix, ModelSpec, PairSpec, Preset, PromptSetSpec
@@ -218,7 +218,7 @@ def resolve(matrix: Matrix, request: Request = Request()) -> Selection:
     # with a given target or draft in place of its own
     pair = None if (r.target and not r.pair) else matrix.pair(r.pair or matrix.defaults.pair)
     if r.preset and pair is None:
-        raise HarnessError(f"{opt['preset']} {r.preset}: presets belong to a pair; give {opt['pair']} "
+        raise BadInputError(f"{opt['preset']} {r.preset}: presets belong to a pair; give {opt['pair']} "
                            "(python -m harness pairs lists them)")
     src = _Sources(matrix, pair, pair.preset(r.preset, matrix.cpu_class) if (pair and r.preset) else None)
     target, draft = _models(matrix, r, pair, src, opt)
@@ -235,7 +235,7 @@ def resolve(matrix: Matrix, request: Request = Request()) -> Selection:
     platform_name = r.platform or "cpu"
     device = matrix.platform(platform_name).device
     if r.check_here and (reason := device_available(device)):
-        raise HarnessError(f"{opt['platform']} {platform_name}: {reason}")
+        raise UnsupportedHereError(f"{opt['platform']} {platform_name}: {reason}")
     attention = resolve_attention(r.attention, fast=r.fast_attention, device=device)
     if r.attention or r.fast_attention:
         src.origins["attention"] = Origin.GIVEN.value
@@ -270,7 +270,7 @@ def _models(matrix: Matrix, r: Request, pair: PairSpec | None, src: _Sources,
     if draft_spec is None:  # a target alone, or prompt lookup: plain against prompt lookup
         for name in ("draft_precision", "draft_vocab"):
             if getattr(r, name) is not None:
-                raise HarnessError(f"{opt[name]} {getattr(r, name)}: this run has no draft model "
+                raise BadInputError(f"{opt[name]} {getattr(r, name)}: this run has no draft model "
                                    f"({'--prompt-lookup' if r.prompt_lookup is not None else 'its pair has none'})")
         return ModelChoice(target_spec, target_precision), None
     draft_precision = src.layered("draft_precision", r.draft_precision)
@@ -318,10 +318,10 @@ def _check_request(matrix: Matrix, r: Request, opt: Mapping[str, str]) -> None:
         if value is not None and value not in known:
             raise UnknownNameError(f"{opt[name]} precision", value, known, where=f"{r.given_by}")
     if r.ks is not None and (not r.ks or min(r.ks) < 1):
-        raise HarnessError(f"{opt['ks']} {','.join(map(str, r.ks))}: K is the number of drafted tokens per "
+        raise BadInputError(f"{opt['ks']} {','.join(map(str, r.ks))}: K is the number of drafted tokens per "
                            "step, 1 or more")
     if r.prompt_lookup is not None and (r.draft or r.ks):
-        raise HarnessError(f"{opt['prompt_lookup']} {r.prompt_lookup}: prompt lookup replaces the draft; "
+        raise BadInputError(f"{opt['prompt_lookup']} {r.prompt_lookup}: prompt lookup replaces the draft; "
                            f"drop {opt['draft'] if r.draft else opt['ks']}")
 
 

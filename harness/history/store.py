@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import HarnessError
+from harness.core.errors import IntegrityError
 from harness.core.provenance import Provenance
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ MIGRATIONS: tuple[str, ...] = (
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-class HistoryError(HarnessError):
+class HistoryError(IntegrityError):
     """A history file that cannot be read or written as one."""
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.core.errors import HarnessError
+from harness.core.errors import IntegrityError
 from harness.perf.outcome import Outcome
 
 # The gated metrics, each a higher-is-better field of Round.
@@ -23,7 +23,7 @@ METRICS = ("speedup", "assisted_tokens_per_sec", "plain_tokens_per_sec")
 COUNTERS = ("new_tokens", "drafted", "accepted", "target_forwards")
 
 
-class RecordError(HarnessError):
+class RecordError(IntegrityError):
     """A round or a result that does not hold what its record says (a worker speaking nonsense)."""
 
 

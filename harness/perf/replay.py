@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import jsonio
-from harness.core.errors import HarnessError
+from harness.core.errors import BadInputError
 from harness.perf.ab import duet
 from harness.perf.ab.gate import ABGate, ABSettings
 from harness.perf.ab.loadguard import LoadGuard
@@ -29,7 +29,7 @@ from harness.perf.report import SCHEMA, SCHEMA_VERSION
 from harness.perf.runner import Runner
 
 
-class ReplayError(HarnessError):
+class ReplayError(BadInputError):
     """A recording that cannot be replayed: unreadable, of another schema, or run dry."""
 
 

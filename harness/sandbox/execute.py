@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.core import locks
-from harness.core.errors import HarnessError
+from harness.core.errors import BadInputError, UnsupportedHereError
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +89,11 @@ INSTALL_HINT = ("run as root (the unshare backend) or install bubblewrap (make s
                 "package bubblewrap); --sandbox none runs model-written code with no boundary")
 
 
-class CodeExecutionRefused(HarnessError):
+class CodeExecutionRefused(BadInputError):
     """Untrusted code would run, and the user has not allowed it."""
 
 
-class SandboxUnavailable(HarnessError):
+class SandboxUnavailable(UnsupportedHereError):
     """The requested containment backend does not work on this machine."""
 
 

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from harness.cli.options import parse_ks
+from harness.core.errors import MissingModelError, UnsupportedHereError
 from harness.core.platform import device_available
 from harness.core.report import read_json
 from tiny_models import write_local_matrix
@@ -85,11 +86,12 @@ def test_bad_options_name_the_option(args, message, tmp_path):
 
 def test_platform_cuda_follows_this_machine(tmp_path):
     r = cli("bench", "--pair", "smollm2-135m+self", "--platform", "cuda", env={"HARNESS_CACHE_DIR": str(tmp_path)})
-    assert r.returncode == 2
     assert "Traceback" not in r.stderr
     if reason := device_available("cuda"):
         assert f"error: --platform cuda: {reason}" in r.stderr
+        assert r.returncode == UnsupportedHereError.exit_status  # this machine cannot run it: 4
     else:  # the device check passes; the run stops at the model, which this empty cache lacks
+        assert r.returncode == MissingModelError.exit_status
         assert "no CUDA device" not in r.stderr
         assert "model 'smollm2-135m-instruct' is not fetched" in r.stderr
 
@@ -108,7 +110,7 @@ def test_quantization_the_model_cannot_take_is_one_line(tiny_matrix, tmp_path):
 
 def test_unfetched_model_gives_the_fetch_command(tmp_path):
     r = cli("bench", "--pair", "smollm2-135m+self", env={"HARNESS_CACHE_DIR": str(tmp_path)})
-    assert r.returncode == 2
+    assert r.returncode == MissingModelError.exit_status == 3
     assert "model 'smollm2-135m-instruct' is not fetched" in r.stderr
     assert "Run: python -m harness models fetch smollm2-135m-instruct" in r.stderr
 

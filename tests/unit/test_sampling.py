@@ -69,7 +69,7 @@ def test_contested_prefix_finds_a_real_draw_at_low_temperature(models):
     assert torch.equal(found.ids[:, :start.shape[1]], start) and found.extended_by >= 1
     assert found.top[1][1] >= 0.1
     assert sampling.next_token_probs(target, found.ids, 0.1, 0.95)[found.top[1][0]] == pytest.approx(found.top[1][1])
-    with pytest.raises(sampling.HarnessError, match="no position in 2 greedy steps"):
+    with pytest.raises(sampling.BadInputError, match="no position in 2 greedy steps"):
         sampling.contested_prefix(target, start, s, min_second=0.49, max_steps=2)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import locks
-from harness.core.errors import HarnessError
+from harness.core.errors import UnsupportedHereError
 from harness.core.models import cache_root
 from harness.perf.ab.revision import Tree
 from harness.perf.ab.worker import PROTOCOL
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 
-class ArmError(HarnessError):
+class ArmError(UnsupportedHereError):
     """A worker that failed, hung or spoke another protocol."""
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.core import affinity
-from harness.core.errors import HarnessError
+from harness.core.errors import UnsupportedHereError
 
 OPTION = "--perf-duet"
 CHOICES = ("on", "off", "auto")
@@ -26,7 +26,7 @@ DUET, INTERLEAVED = "duet", "interleaved"
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
-class DuetError(HarnessError):
+class DuetError(UnsupportedHereError):
     """Side-by-side arms asked for where they cannot run."""
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.core.errors import HarnessError
+from harness.core.errors import BadInputError
 from harness.perf.ab import duet, paired
 from harness.perf.outcome import Outcome, combine, settled
 from harness.perf.ab.arms import Arm
@@ -119,7 +119,7 @@ class ABGate:
     def _loaded(self, answer: dict[str, Any]) -> None:
         other = getattr(self, "prompt_ids", None)
         if other is not None and answer["prompt_ids"] != other:
-            raise HarnessError(f"{self.combo.id}: the arms run different prompts ({other} against "
+            raise BadInputError(f"{self.combo.id}: the arms run different prompts ({other} against "
                                f"{answer['prompt_ids']}): the registry's prompt set differs between the two "
                                "revisions; pass --perf-matrix to give both arms one registry")
         self.prompt_ids = answer["prompt_ids"]

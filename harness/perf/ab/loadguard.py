@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.core.errors import HarnessError
+from harness.core.errors import BadInputError
 
 PROC = Path("/proc")
 NOISE_ENV = "HARNESS_NOISY_HOST"  # comma-separated pids of a deliberate noisy neighbour's load
@@ -58,12 +58,12 @@ def process_cpu_s(pid: int) -> float:
 
 
 def noise_pids(environ: Mapping[str, str] = os.environ) -> tuple[int, ...]:
-    """The pids in HARNESS_NOISY_HOST; a HarnessError naming it when it holds anything else."""
+    """The pids in HARNESS_NOISY_HOST; a BadInputError naming it when it holds anything else."""
     value = environ.get(NOISE_ENV, "")
     try:
         return tuple(int(p) for p in value.split(",") if p.strip())
     except ValueError:
-        raise HarnessError(f"{NOISE_ENV}={value!r}: give the noisy neighbour's process ids, separated by commas") from None
+        raise BadInputError(f"{NOISE_ENV}={value!r}: give the noisy neighbour's process ids, separated by commas") from None
 
 
 class LoadGuard:

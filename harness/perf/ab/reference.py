@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import jsonio
-from harness.core.errors import HarnessError
+from harness.core.errors import IntegrityError
 from harness.core.registry import PACKAGE_DIR
 
 PATH = PACKAGE_DIR.parent / "baselines" / "reference.json"
@@ -22,7 +22,7 @@ SCHEMA_VERSION = 1
 NAME = "reference"  # --perf-against reference
 
 
-class ReferenceCommitError(HarnessError):
+class ReferenceCommitError(IntegrityError):
     """baselines/reference.json is missing or malformed."""
 
 

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.core.errors import HarnessError
+from harness.core.errors import UnsupportedHereError
 from harness.core import locks
 from harness.core.models import cache_root, lock_file
 
@@ -28,7 +28,7 @@ WORKER = WORKERS[0]
 OPTION = "--perf-against"
 
 
-class RevisionError(HarnessError):
+class RevisionError(UnsupportedHereError):
     """A base revision that cannot be measured."""
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import capability, hostspeed, jsonio, locks, platform
-from harness.core.errors import HarnessError
+from harness.core.errors import IntegrityError
 from harness.core.models import lock_file
 from harness.core.registry import PACKAGE_DIR
 
@@ -76,7 +76,7 @@ def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
-class BaselineError(HarnessError):
+class BaselineError(IntegrityError):
     """A baseline file that cannot be used; the message names the file, the JSON path and the fix."""
 
 

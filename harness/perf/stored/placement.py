@@ -20,14 +20,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from harness.core import affinity
-from harness.core.errors import HarnessError
+from harness.core.errors import UnsupportedHereError
 
 OPTION = "--perf-threads"
 ONE, ALL = "one", "all"
 CHOICES = (ONE, ALL)
 
 
-class PlacementError(HarnessError):
+class PlacementError(UnsupportedHereError):
     """The measuring process cannot be placed as asked."""
 
 

@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.core.errors import HarnessError
+from harness.core.errors import IntegrityError
 from harness.perf.outcome import Outcome, combine
 from harness.perf.stored import placement, stats
 from harness.perf.record import METRICS, Samples
@@ -17,7 +17,7 @@ from harness.perf.runner import Runner
 log = logging.getLogger(__name__)
 
 
-class BaselineMismatchError(HarnessError):
+class BaselineMismatchError(IntegrityError):
     """The baseline was measured with other settings than this run: its numbers are of other work."""
 
 
