@@ -28,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.core import registry, termination
+from harness.core import termination
+from harness.workload import registry
 from pytest_benchmark.utils import parse_compare_fail
 
 from harness.perf import replay

@@ -1,5 +1,5 @@
 """Attention implementations against each other on one loaded pair: prefill ms, plain and assisted
-tokens/s, the speedup and the greedy-equivalence verdict per implementation (harness/core/attention.py).
+tokens/s, the speedup and the greedy-equivalence verdict per implementation (harness/workload/attention.py).
 
 The target and the draft are loaded once; before each run both are switched to the arm's
 implementation (transformers' set_attn_implementation, which swaps the attention function only),
@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from harness.accuracy import equivalence as eq
-from harness.core import attention, generate, interleave, models, prompts, registry, selection
+from harness.measure import generate, interleave
+from harness.workload import attention, models, prompts, registry, selection
 
 
 def measure(target, draft, plist, inputs, settings, k, implementations, precision) -> list[dict]:

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from harness.accuracy import equivalence as eq
-from harness.core import generate, interleave, models, prompts, registry, selection
+from harness.measure import generate, interleave
+from harness.workload import models, prompts, registry, selection
 
 TARGETS = ["bf16", "w8af32", "w8abf16", "w6a16", "w4abf16", "w4abf16-rtn"]
 DRAFTS = ["bf16", "w8af32-tensor", "w8af32", "w4abf16-rtn"]

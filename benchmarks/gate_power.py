@@ -28,7 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-from harness.core import descriptive, interleave, jsonio, registry
+from harness.core import descriptive, jsonio
+from harness.measure import interleave
+from harness.workload import registry
 from harness.perf.stored import stats
 from harness.perf.outcome import Outcome
 from harness.perf.combinations import Combination, PerfSettings

@@ -8,7 +8,7 @@ pinned to one core (one, the gate's default) or torch's threads on every core (a
 
 Prints, per rate: the median, the spread between processes (sd of the log, the range around the
 median), then, for a few thresholds, the share of ordered pairs of runs (one as the stored probe,
-one as this host's) that harness/core/hostspeed.py compare() would call not comparable. The figures
+one as this host's) that harness/machine/hostspeed.py compare() would call not comparable. The figures
 behind hostspeed.THRESHOLD came from this script.
 """
 
@@ -26,11 +26,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.core import hostspeed  # noqa: E402
+from harness.machine import hostspeed  # noqa: E402
 from harness.perf.stored import placement  # noqa: E402
 
 PROBE = """import json, sys
-from harness.core import hostspeed
+from harness.machine import hostspeed
 from harness.perf.stored import placement
 with placement.resolve(sys.argv[1]).applied():
     probe = hostspeed.measure()

@@ -3,7 +3,7 @@
 `python -m harness doctor` times one layer called again and again, so its weights sit in the
 cache: that ranks kernels by compute. A decode step reads every layer once, from memory. Here the
 same shape is cycled over COPIES distinct layers (about 330 MB in int8), which is what the int8
-GEMM choice per CPU class in harness/core/kernels.py (INT8_KERNEL) rests on.
+GEMM choice per CPU class in harness/machine/kernels.py (INT8_KERNEL) rests on.
 
     python benchmarks/int8_kernels.py                                   # this CPU class
     ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 python benchmarks/int8_kernels.py
@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from harness.core import capability
+from harness.machine import capability
 from quant.layers import Int4WeightOnlyLinear, Int8DynamicLinear, Int8WeightOnlyLinear
 
 TOKENS = (1, 2, 4, 7, 8)

@@ -25,7 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.core import generate, interleave, models, prompts, registry, selection
+from harness.measure import generate, interleave
+from harness.workload import models, prompts, registry, selection
 from quant.calibration import token_windows
 from quant.perplexity import perplexity
 

@@ -3,7 +3,7 @@
     model, record = quantize(model, "w4abf16", calibration=token_windows(tokenizer))
 
 `record` says what was done (method, settings, layers converted, seconds) and goes into results.
-`save` / `load` keep a quantized model's converted layers on disk; `harness.core.models.load` caches
+`save` / `load` keep a quantized model's converted layers on disk; `harness.workload.models.load` caches
 them by a hash of model, method, settings, calibration text and library versions (quant/cache.py).
 
 | method        | weights                     | activations            | kernel                          |

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 INT4_GROUP_SIZES = (32, 64, 128, 256)
-# The int8 GEMM behind Int8DynamicLinear (harness.core.kernels.INT8_KERNEL picks one per CPU class,
+# The int8 GEMM behind Int8DynamicLinear (harness.machine.kernels.INT8_KERNEL picks one per CPU class,
 # with the measurements). "onednn" (weight prepacked once) and "int_mm" give the same exact integer
 # products where the CPU has VNNI or AMX. "fbgemm" runs fbgemm's per-tensor dynamic kernel per
 # token: each row is divided by its own largest |value| and one constant row [1, -1, 0, ...] is

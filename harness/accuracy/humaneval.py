@@ -27,13 +27,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from harness.core import jsonio, models, prompts
+from harness.core import jsonio
+from harness.workload import models, prompts
 from harness.sandbox import execute as sandbox
 from harness.core.errors import BadInputError, UnknownNameError
-from harness.core.generate import ASSISTED, PLAIN, measure_generation
+from harness.measure.generate import ASSISTED, PLAIN, measure_generation
 from harness.core.progress import bar as progress_bar
-from harness.core.registry import Matrix
-from harness.core.selection import Request, Selection, resolve
+from harness.workload.registry import Matrix
+from harness.workload.selection import Request, Selection, resolve
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def select_tasks(all_problems: dict[str, Any], *, task_ids: Sequence[str] | None
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GenerateConfig:
-    """A HumanEval run: the resolved selection (harness/core/selection.py) and which arm runs."""
+    """A HumanEval run: the resolved selection (harness/workload/selection.py) and which arm runs."""
 
     selection: Selection
     mode: str  # plain | assisted

@@ -24,8 +24,8 @@ import torch
 from scipy.stats import chi2_contingency
 
 from harness.core.errors import BadInputError
-from harness.core.decode import DecodeSettings
-from harness.core.generate import ASSISTED, PLAIN, measure_generation
+from harness.workload.decode import DecodeSettings
+from harness.measure.generate import ASSISTED, PLAIN, measure_generation
 
 ALPHA = 1e-3
 

@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 from harness.cli.options import float_in, int_in, parse_ks
-from harness.core import registry
+from harness.workload import registry
 from harness.core.errors import BadInputError
-from harness.core.selection import Request
+from harness.workload.selection import Request
 
 
 def _what_runs(b: argparse.ArgumentParser) -> None:
-    """The pair, or models given by name or path (harness/core/selection.py resolves them)."""
+    """The pair, or models given by name or path (harness/workload/selection.py resolves them)."""
     which = b.add_mutually_exclusive_group()
     which.add_argument("--pair", help="registry pair (default: the registry's defaults.pair); see `python -m harness pairs`")
     which.add_argument("--model-name", dest="model_name", metavar="NAME",
@@ -46,13 +46,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "target's own plain arm): the 'vs Reference' column; default: no second plain arm")
     b.add_argument("--draft-vocab", type=int_in(1, 10_000_000), metavar="N",
                    help="the draft's output layer scores only its N most frequent tokens (a cheaper draft "
-                        "step; the output is unchanged, acceptance may fall): harness/core/drafthead.py")
+                        "step; the output is unchanged, acceptance may fall): harness/workload/drafthead.py")
     b.add_argument("--preset", metavar="NAME",
                    help="the pair's settings measured best for this CPU class, e.g. 'fastest' (precisions, K, "
                         "reference precision; options given explicitly still win); see `python -m harness pairs`")
     b.add_argument("--attention", metavar="NAME",
                    help="attention implementation of target and draft: eager, sdpa (transformers' default) or "
-                        "flex_attention on a CPU; harness/core/attention.py")
+                        "flex_attention on a CPU; harness/workload/attention.py")
     b.add_argument("--fast-attention", action="store_true", default=None,
                    help="the reference's fused attention kernel: flash_attention_2 on a GPU with flash-attn, "
                         "sdpa on a CPU (says so)")
@@ -97,7 +97,8 @@ def reference_spellings(argv: list[str]) -> list[str]:
 
 
 def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
-    from harness.core import bench, hostspeed, provenance, report
+    from harness.machine import hostspeed, provenance
+    from harness.measure import bench, report
     from harness.history import bench as history_bench
     from harness.history import store as history_store
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.core import registry, selection
+from harness.workload import registry, selection
 from harness.core.errors import HarnessError, UnknownNameError
 
 TOKENS = tuple(range(1, 9))
@@ -41,7 +41,7 @@ def _say(text: str = "") -> None:
 
 
 def _cost_table(title: str, shape: tuple[int, int], precisions: list[str]) -> list[dict[str, Any]]:
-    from harness.core import kernels
+    from harness.machine import kernels
 
     _say(f"\n{title} {shape[0]}x{shape[1]}: ms for one token, then the cost of M tokens in one call / one token")
     _say(f"  {'precision':14s} {'kernel':34s} {'M=1 ms':>7s} " + " ".join(f"{'M=' + str(m):>5s}" for m in TOKENS[1:]))
@@ -59,8 +59,9 @@ def _cost_table(title: str, shape: tuple[int, int], precisions: list[str]) -> li
 
 
 def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
-    from harness.core import capability, kernels, models
-    from harness.core.platform import detect
+    from harness.machine import capability, kernels
+    from harness.workload import models
+    from harness.machine.platform import detect
 
     started = time.perf_counter()
     # what the prediction runs: 48 greedy tokens of the pair's first decode prompt
@@ -109,8 +110,9 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
 
 def _predict(sel: "selection.Selection") -> dict[str, Any]:
     """Step costs of the selection's models and the speedup they predict for an acceptance measured here."""
-    from harness.core import models, predict, prompts
-    from harness.core.generate import measure_generation
+    from harness.machine import predict
+    from harness.workload import models, prompts
+    from harness.measure.generate import measure_generation
 
     k = sel.k
     _say(f"\nloading the pair (target {sel.target.precision}" + (f", draft {sel.draft.precision})" if sel.draft else ")"))

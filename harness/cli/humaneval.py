@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 
 from harness.cli.options import float_in, int_in, int_list_in, name_list, sandbox_options
-from harness.core import models, registry
+from harness.workload import models, registry
 from harness.core.progress import bar as progress_bar
-from harness.core.selection import Request, resolve
+from harness.workload.selection import Request, resolve
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

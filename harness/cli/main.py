@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from harness.cli import bench, doctor, history, humaneval, models, reference, sandbox
-from harness.core import registry, termination
+from harness.core import termination
+from harness.workload import registry
 from harness.core.errors import BadInputError, HarnessError, IntegrityError, MissingModelError, UnsupportedHereError
 
 EXIT_STATUSES = f"""exit status:

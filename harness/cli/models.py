@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from harness.core import models, registry
+from harness.workload import models, registry
 from harness.core.errors import HarnessError
 
 
@@ -72,7 +72,7 @@ def cmd_models_fetch(matrix: registry.Matrix, names: list[str], pairs: list[str]
 
 
 def cmd_pairs(matrix: registry.Matrix) -> int:
-    from harness.core.selection import Request, resolve
+    from harness.workload.selection import Request, resolve
 
     print(f"(precisions and K as chosen for CPU class {matrix.cpu_class}: python -m harness doctor says why)")
     for p in matrix.pairs.values():

@@ -1,8 +1,7 @@
-"""The measurement core: what every other room builds on.
+"""The infrastructure every room builds on, none of it about models or machines.
 
-registry (matrix.toml as dataclasses), models (fetch, cache, load at a precision), platform
-(this machine's identity), prompts, decode (decoding settings and their one builder), generate
-(one measured `generate` call), record (the result record and the table's columns), interleave
-(ABBA order and warm-up), bench (a benchmark run), report (tables and results JSON), jsonio and
-errors. May import: quant, and nothing else of harness outside core.
+errors (the error kinds and their exit statuses), jsonio (strict JSON, schema checks, atomic
+writes), locks, progress (bars on a terminal, log lines elsewhere), termination (SIGTERM as a clean
+stop), timing (the device clock and timed medians) and descriptive (medians and spreads). May
+import nothing else of harness.
 """

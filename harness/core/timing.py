@@ -1,6 +1,6 @@
 """Clocks: the median time of repeated calls (the one timing loop behind the kernel table
-harness/core/kernels.py, the step costs harness/core/predict.py and the host-speed probe
-harness/core/hostspeed.py), and a clock that waits for a device's queued work (generate.py)."""
+harness/machine/kernels.py, the step costs harness/machine/predict.py and the host-speed probe
+harness/machine/hostspeed.py), and a clock that waits for a device's queued work (generate.py)."""
 
 from __future__ import annotations
 

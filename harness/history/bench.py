@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from harness.core.bench import BenchResult
-from harness.core.provenance import Provenance
+from harness.measure.bench import BenchResult
+from harness.machine.provenance import Provenance
 from harness.history.store import Measurement, Run
 
 # Summary field -> the metric's name in the history (higher is better for each but none)

@@ -1,7 +1,7 @@
 """The run history: every run's measurements, kept in one SQLite file, never overwritten.
 
 A run (a bench run, a perf gate session, a baseline update) is appended as one row of `runs` (where
-it came from: harness/core/provenance.py) and its `measurements`: per combination and metric, the
+it came from: harness/machine/provenance.py) and its `measurements`: per combination and metric, the
 median over the run's rounds, an interval, the number of rounds and the verdict. The same run
 appended twice is kept once (its key is a hash of its content), so histories of several machines
 merge without doubles.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import IntegrityError
-from harness.core.provenance import Provenance
+from harness.machine.provenance import Provenance
 
 log = logging.getLogger(__name__)
 

@@ -8,5 +8,5 @@
     ab/              the A/B gate: this tree against a revision, in worker processes, paired rounds
     stored/          the stored-baseline gate: this machine against its baselines/ file
 
-ab/ and stored/ never import each other. May import: harness.core.
+ab/ and stored/ never import each other. May import: harness.core, machine, workload, measure, history.
 """

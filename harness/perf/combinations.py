@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core.errors import RegistryError
-from harness.core.registry import CHOSEN, Matrix
-from harness.core.selection import Request, Selection, resolve
+from harness.workload.registry import CHOSEN, Matrix
+from harness.workload.selection import Request, Selection, resolve
 from harness.perf.ab import paired
 
 log = logging.getLogger(__name__)
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Combination:
-    """One perf combination: a resolved selection (what runs: harness/core/selection.py), its decoding
+    """One perf combination: a resolved selection (what runs: harness/workload/selection.py), its decoding
     and whether it is slow. Every other field reads the selection."""
 
     selection: Selection

@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 
 import harness
-from harness.core import hostspeed, locks, platform, registry
+from harness.core import locks
+from harness.machine import hostspeed, platform
+from harness.workload import registry
 from harness.core.errors import HarnessError
-from harness.core.generate import ASSISTED
+from harness.measure.generate import ASSISTED
 from harness.perf import replay
 from harness.perf.ab import duet, reference, revision
 from harness.perf.ab.arms import Arm
@@ -29,7 +31,7 @@ from harness.perf.ab.gate import ABGate, ABResult, ABSettings
 from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.outcome import Outcome
 from harness.perf.record import METRICS, ABDetail, CombinationResult, acceptance_rate
-from harness.core.provenance import software_versions
+from harness.machine.provenance import software_versions
 from harness.perf.runner import LoadedPair, Runner, git_commit, load_pair
 from harness.perf.stored import baselines, host, placement
 from harness.perf.stored.verdict import (BaselineMismatchError, Verdict, check_comparable, check_placement, confirm,

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from harness.core import hostspeed, locks, platform, provenance, registry, termination
+from harness.core import locks, termination
+from harness.machine import hostspeed, platform, provenance
+from harness.workload import registry
 from harness.core.errors import HarnessError, did_you_mean
 from harness.history import store as history_store
 from harness.perf import benchmark_json, replay, to_history

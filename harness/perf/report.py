@@ -12,15 +12,15 @@ from typing import Any
 from harness import __version__
 from harness.core import descriptive, jsonio
 from harness.core.errors import ResultsError
-from harness.core.provenance import Provenance
-from harness.core.registry import PACKAGE_DIR
+from harness.machine.provenance import Provenance
+from harness.workload.registry import PACKAGE_DIR
 from harness.perf.outcome import Outcome
 from harness.perf.stored import host
 from harness.perf.record import CombinationResult
 
 SCHEMA = PACKAGE_DIR / "schemas" / "perf-results.schema.json"
 SCHEMA_VERSION = 3  # 2: one record per combination (harness/perf/record.py), rounds in place of per-metric lists;
-#                    3: provenance (harness/core/provenance.py)
+#                    3: provenance (harness/machine/provenance.py)
 HEADERS = ["Combination", "Plain tok/s", "Assisted tok/s", "Speedup", "Acceptance", "Rounds", "Verdict", "Detail"]
 
 

@@ -1,7 +1,7 @@
 """Measuring one combination round by round, and what a baseline stores of it.
 
 A round runs every perf prompt once plain and once assisted, in ABBA order over rounds
-(harness/core/interleave.py), and yields one sample of plain tokens/s, assisted tokens/s and
+(harness/measure/interleave.py), and yields one sample of plain tokens/s, assisted tokens/s and
 speedup (their ratio inside the round, so machine drift cancels out of it).
 """
 
@@ -14,11 +14,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core import descriptive, interleave, models, prompts, provenance
-from harness.core.provenance import software_versions
-from harness.core.decode import DecodeSettings
-from harness.core.generate import ASSISTED, PLAIN, measure_generation
-from harness.core.record import GenerationResult
+from harness.core import descriptive
+from harness.machine import provenance
+from harness.measure import interleave
+from harness.workload import models, prompts
+from harness.machine.provenance import software_versions
+from harness.workload.decode import DecodeSettings
+from harness.measure.generate import ASSISTED, PLAIN, measure_generation
+from harness.measure.record import GenerationResult
 from harness.perf.stored import stats
 from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.record import METRICS, Round, Samples
@@ -162,6 +165,6 @@ class Runner:
 
 
 def git_commit() -> str | None:
-    """HEAD's sha in 12 characters, as a baseline record keeps it (harness/core/provenance.py)."""
+    """HEAD's sha in 12 characters, as a baseline record keeps it (harness/machine/provenance.py)."""
     commit, _ = provenance.git_state()
     return commit[:12] if commit else None

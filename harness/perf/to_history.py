@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from harness.core.provenance import Provenance
+from harness.machine.provenance import Provenance
 from harness.history.store import Measurement, Run
 from harness.perf.errorrates import geometric_interval
 from harness.perf.record import METRICS, CombinationResult

@@ -240,7 +240,7 @@ def _digest(folder: Path) -> str:
 
 
 def _sentinel_parent() -> Path:
-    from harness.core.models import cache_root
+    from harness.core.cachedir import cache_root
 
     path = cache_root() / "sandbox-selftest"
     path.mkdir(parents=True, exist_ok=True)

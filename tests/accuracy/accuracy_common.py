@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from harness.core import models, registry
+from harness.workload import models, registry
 from harness.core.errors import ModelNotFetchedError, ModelUnavailableError
 
 RESULTS = Path(os.environ.get("HARNESS_ACCURACY_RESULTS", "results/accuracy"))

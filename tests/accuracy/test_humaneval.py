@@ -13,7 +13,7 @@ import pytest
 
 from harness.accuracy import baselines as accuracy_baselines
 from harness.accuracy import humaneval
-from harness.core.selection import Request
+from harness.workload.selection import Request
 from accuracy_common import humaneval_rows, matrix, save, skip_if_model_missing
 
 pytestmark = [pytest.mark.accuracy, pytest.mark.real]

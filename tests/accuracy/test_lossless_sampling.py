@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core import prompts
-from harness.core.selection import Request, resolve
+from harness.workload import prompts
+from harness.workload.selection import Request, resolve
 from harness.accuracy import sampling
 from accuracy_common import load, matrix
 

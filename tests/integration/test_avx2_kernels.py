@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from harness.core import capability
+from harness.machine import capability
 
 pytestmark = [pytest.mark.real]
 
@@ -55,9 +55,10 @@ def test_bench_runs_as_the_avx2_class(tmp_path):
 EQUIVALENCE = """
 import json, sys
 from harness.accuracy import equivalence as eq
-from harness.core import capability, models, prompts, registry
-from harness.core.generate import ASSISTED, measure_generation
-from harness.core.selection import Request, resolve
+from harness.machine import capability
+from harness.workload import models, prompts, registry
+from harness.measure.generate import ASSISTED, measure_generation
+from harness.workload.selection import Request, resolve
 sel = resolve(registry.load_matrix(), Request(pair=sys.argv[1], max_new_tokens=32))
 target = models.load(sel.target.spec, sel.target.precision)
 draft = models.load(sel.draft.spec, sel.draft.precision)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from harness.core.report import read_json
+from harness.measure.report import read_json
 
 pytestmark = pytest.mark.real
 

@@ -9,7 +9,7 @@ import pytest
 
 import quant
 from harness.accuracy import baselines as accuracy_baselines
-from harness.core import models, registry
+from harness.workload import models, registry
 
 
 def test_committed_file_reads_and_names_real_pairs_and_precisions():

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.selection import Request
+from harness.workload.selection import Request
 from harness.accuracy import humaneval
-from harness.core import models
+from harness.workload import models
 from harness.core.errors import HarnessError, IntegrityError
-from harness.core.registry import ModelSpec
+from harness.workload.registry import ModelSpec
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "accuracy"))  # accuracy_common (its conftest adds it there)
 import accuracy_common  # noqa: E402

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from harness.core import attention, models, registry
+from harness.workload import attention, models, registry
 from harness.core.errors import HarnessError
 from harness.perf.combinations import Combination, PerfSettings
 from test_cli import cli

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness.core.platform import platform_id
+from harness.machine.platform import platform_id
 from harness.perf.stored import baselines
 from harness.perf.stored.baselines import BaselineError
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.core.selection import Request, resolve
-from harness.core import capability, predict, registry
+from harness.workload.selection import Request, resolve
+from harness.machine import capability, predict
+from harness.workload import registry
 from harness.core.errors import UnknownNameError
 from harness.perf.combinations import combinations
 

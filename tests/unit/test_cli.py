@@ -11,8 +11,8 @@ import pytest
 
 from harness.cli.options import parse_ks
 from harness.core.errors import MissingModelError, UnsupportedHereError
-from harness.core.platform import device_available
-from harness.core.report import read_json
+from harness.machine.platform import device_available
+from harness.measure.report import read_json
 from tiny_models import write_local_matrix
 
 

@@ -1,12 +1,12 @@
-"""One interleave (harness/core/interleave): an ABBA order that favours no arm, and a brief warm-up of
-every arm (the decode settings' one builder is harness/core/selection.py: tests/unit/test_selection.py)."""
+"""One interleave (harness/measure/interleave): an ABBA order that favours no arm, and a brief warm-up of
+every arm (the decode settings' one builder is harness/workload/selection.py: tests/unit/test_selection.py)."""
 
 from __future__ import annotations
 
 from itertools import permutations
 
-from harness.core import interleave
-from harness.core.decode import DecodeSettings
+from harness.measure import interleave
+from harness.workload.decode import DecodeSettings
 
 
 def test_abba_puts_every_arm_first_and_last_equally_often():

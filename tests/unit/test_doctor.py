@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from harness.core import kernels, models, registry
+from harness.machine import kernels
+from harness.workload import models, registry
 from harness.core.errors import HarnessError
 from test_cli import cli
 from tiny_models import write_local_matrix

@@ -1,4 +1,4 @@
-"""A draft whose output layer scores only its N most frequent tokens (harness/core/drafthead.py), on
+"""A draft whose output layer scores only its N most frequent tokens (harness/workload/drafthead.py), on
 tiny random models: the output stays the target's, only acceptance can fall."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import copy
 import pytest
 import torch
 
-from harness.core import drafthead
-from harness.core.decode import DecodeSettings
-from harness.core.generate import measure_generation
+from harness.workload import drafthead
+from harness.workload.decode import DecodeSettings
+from harness.measure.generate import measure_generation
 from tiny_models import VOCAB, prompt, tiny_model, word_tokenizer
 
 K = 4

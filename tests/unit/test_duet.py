@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core import affinity
+from harness.machine import affinity
 from harness.perf.ab import duet
 
 

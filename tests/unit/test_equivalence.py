@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from harness.accuracy import equivalence as eq
-from harness.core.decode import DecodeSettings
-from harness.core.generate import measure_generation
+from harness.workload.decode import DecodeSettings
+from harness.measure.generate import measure_generation
 from tiny_models import perturbed, prompt, tiny_model, word_tokenizer
 
 K = 4

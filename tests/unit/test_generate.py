@@ -8,8 +8,8 @@ import copy
 import pytest
 import torch
 
-from harness.core.decode import DecodeSettings
-from harness.core.generate import decode_metrics, measure_generation
+from harness.workload.decode import DecodeSettings
+from harness.measure.generate import decode_metrics, measure_generation
 from tiny_models import ARCHITECTURES, perturbed, prompt, tiny_model
 
 K = 4
@@ -152,7 +152,8 @@ def test_a_cuda_clock_waits_for_the_device_before_each_read(monkeypatch):
 def test_a_generation_on_cuda_synchronizes_at_start_prefill_and_end_only(target, monkeypatch):
     """The tiny model runs on the CPU with the clock a CUDA device would get: three synchronized
     reads (start, the end of the first forward pass, the end), none per later forward pass."""
-    from harness.core import generate, timing
+    from harness.core import timing
+    from harness.measure import generate
 
     events: list[str] = []
     cuda_clock = timing.device_clock(torch.device("cuda"))

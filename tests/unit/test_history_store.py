@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.provenance import Provenance
+from harness.machine.provenance import Provenance
 from harness.history import store
 from harness.history.store import HistoryError, Measurement, Run
 from harness.perf import to_history

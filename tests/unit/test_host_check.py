@@ -1,5 +1,5 @@
 """Before the stored gate compares (harness/perf/stored/host.py): other software is named and still
-compared; a host whose speed probe (harness/core/hostspeed.py) is far from the stored one defers
+compared; a host whose speed probe (harness/machine/hostspeed.py) is far from the stored one defers
 to the A/B gate; a baseline without a probe says the host cannot be checked."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from harness.core import hostspeed
+from harness.machine import hostspeed
 from harness.perf.stored import host
 
 FILE = "baselines/cpu-test-amx-2c.json"

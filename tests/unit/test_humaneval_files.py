@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from harness.core.selection import Request
+from harness.workload.selection import Request
 from harness.accuracy import humaneval
-from harness.core import registry
+from harness.workload import registry
 from harness.cli.main import main
 from tiny_models import write_local_matrix
 
@@ -117,7 +117,7 @@ def test_generate_extends_a_finished_run_and_never_shrinks_it(tmp_path):
 
 
 def test_compare_pairs_runs_triages_divergences_and_flags_a_wrong_token(tmp_path, capsys, monkeypatch):
-    from harness.core import models
+    from harness.workload import models
 
     # prompts in the tiny word tokenizer's vocabulary (HumanEval's text would all be <pad>: zero logits)
     real = humaneval.problems()

@@ -15,11 +15,14 @@ HARNESS = REPO / "harness"
 # which rooms each room may import (itself always); quant/ is a sibling package any room may use
 ALLOWED = {
     "core": set(),
-    "history": {"core"},
-    "perf": {"core", "history"},
+    "machine": {"core"},
+    "workload": {"core", "machine"},
+    "measure": {"core", "machine", "workload"},
+    "history": {"core", "machine", "workload", "measure"},
+    "perf": {"core", "machine", "workload", "measure", "history"},
     "sandbox": {"core"},
-    "accuracy": {"core", "sandbox"},
-    "cli": {"core", "history", "perf", "sandbox", "accuracy"},
+    "accuracy": {"core", "machine", "workload", "measure", "sandbox"},
+    "cli": {"core", "machine", "workload", "measure", "history", "perf", "sandbox", "accuracy"},
 }
 MAX_FUNCTION_LINES = 60
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.core import models
+from harness.workload import models
 from harness.core.errors import IntegrityError, ModelNotFetchedError, ModelUnavailableError, UnknownNameError
-from harness.core.registry import load_matrix, GgufParts, ModelSpec
+from harness.workload.registry import load_matrix, GgufParts, ModelSpec
 
 
 def make_wheel(folder: Path, dist: str, version: str, member: str, payload: bytes) -> None:
@@ -155,7 +155,7 @@ def test_unreachable_hub_fails_fast(monkeypatch, tmp_path):
 def test_a_relative_cache_dir_is_one_folder_whatever_the_working_directory(tmp_path, monkeypatch):
     """The A/B gate's base arm runs in its own worktree: a relative $HARNESS_CACHE_DIR must not mean a
     folder inside it (the controller resolves it and hands the arms the absolute path)."""
-    from harness.core.models import cache_root
+    from harness.workload.models import cache_root
 
     monkeypatch.setenv("HARNESS_CACHE_DIR", "rel/cache")
     monkeypatch.chdir(tmp_path)

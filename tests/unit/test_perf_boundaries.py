@@ -16,7 +16,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.core import hostspeed, platform, provenance, registry
+from harness.machine import hostspeed, platform, provenance
+from harness.workload import registry
 from harness.core.errors import HarnessError, RegistryError
 from harness.perf import gates, plugin
 from harness.perf.stored import baselines

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core import platform
+from harness.machine import platform
 from harness.perf.record import METRICS
 from harness.perf.stored import baselines
 from tiny_models import write_local_matrix

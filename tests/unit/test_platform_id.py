@@ -1,4 +1,4 @@
-"""The platform id is the hardware alone (harness/core/platform.py): software versions are
+"""The platform id is the hardware alone (harness/machine/platform.py): software versions are
 recorded beside a baseline, never in its id; the capability class is in it, so a run restricted
 to AVX2 kernels on an AMX machine is a platform of its own."""
 
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.core import platform
+from harness.machine import platform
 
 REPO = Path(__file__).resolve().parents[2]
 MACHINE = platform.PlatformInfo(device="cpu", cpu_model="Intel(R) Xeon(R) Processor", cpu_count=2, torch_threads=2,
@@ -48,7 +48,7 @@ def test_software_records_the_versions_that_change_kernels():
 
 def test_the_avx2_restriction_is_another_platform():
     """The class follows ONEDNN_MAX_CPU_ISA / ATEN_CPU_CAPABILITY, read when torch starts: a child process."""
-    code = "from harness.core import platform; print(platform.detect('cpu').id)"
+    code = "from harness.machine import platform; print(platform.detect('cpu').id)"
     env = {**os.environ, "PYTHONPATH": str(REPO), "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
     restricted = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     here = platform.detect("cpu")

@@ -8,8 +8,10 @@ import json
 import pytest
 import torch
 
-from harness.core.selection import Request
-from harness.core import bench, capability, kernels, models, registry
+from harness.workload.selection import Request
+from harness.machine import capability, kernels
+from harness.measure import bench
+from harness.workload import models, registry
 from harness.core.errors import HarnessError, RegistryError, UnknownNameError
 from harness.perf.combinations import combinations
 from quant.layers import INT8_KERNELS, Int8DynamicLinear
@@ -114,7 +116,7 @@ def test_bench_preset_runs_the_reference_arm_and_records_both_precisions(tiny_ma
     configs = {s["configuration"] for s in doc["summary"]}
     assert configs == {"plain", "plain fp32", "assisted k=3"}
     # a version-1 file (before the reference arm) still reads, with null vs-reference speedups
-    from harness.core import report
+    from harness.measure import report
 
     v1 = {**doc, "schema_version": 1, "rows": [{k: v for k, v in r.items() if k != "speedup_vs_reference"}
                                                 for r in doc["rows"]],

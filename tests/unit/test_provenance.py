@@ -1,4 +1,4 @@
-"""Where a results file came from (harness/core/provenance.py): the commit and a dirty tree read
+"""Where a results file came from (harness/machine/provenance.py): the commit and a dirty tree read
 from a real git checkout, nothing invented outside one, and the record the schemas hold."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.core import jsonio, provenance
+from harness.core import jsonio
+from harness.machine import provenance
 from harness.core.errors import ResultsError
-from harness.core.registry import PACKAGE_DIR
+from harness.workload.registry import PACKAGE_DIR
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -47,7 +48,7 @@ def test_outside_a_checkout_nothing_is_invented(tmp_path):
 
 def test_the_record_names_the_machine_and_the_software():
     origin = provenance.collect(host_probe={"rates": {"memory_gbs": 1.0}})
-    from harness.core import platform
+    from harness.machine import platform
 
     info = platform.detect("cpu")
     assert origin.platform_id == info.id and origin.cpu_class == info.capability

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import quant
-from harness.core import registry
-from harness.core.models import FLOAT_DTYPES
+from harness.workload import registry
+from harness.workload.models import FLOAT_DTYPES
 from quant import awq, layers
 from quant.calibration import TokenWindows, corpus_text
 from quant.layers import QuantSettingsError

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli.main import build_parser
-from harness.core import registry
+from harness.workload import registry
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def test_pytest_m_perf_from_the_repository_root():
     assert "import file mismatch" not in r.stdout
     ids = collected(r)
     # the default pair with this CPU class's precisions and K (amx: bf16+w8af32-tensor, k6)
-    from harness.core.selection import Request, resolve
+    from harness.workload.selection import Request, resolve
 
     sel = resolve(registry.load_matrix(), Request(pair="qwen-coder-1.5b+0.5b", check_here=False))
     default = f"qwen-coder-1.5b+0.5b:{sel.precisions}:cpu:greedy:k{sel.k}"

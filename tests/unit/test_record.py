@@ -1,4 +1,4 @@
-"""The result record has one source, harness/core/record.py: the results JSON schema and the
+"""The result record has one source, harness/measure/record.py: the results JSON schema and the
 table's columns must agree with its dataclasses field by field (a field added in one place and
 not the other fails here)."""
 
@@ -11,8 +11,8 @@ import typing
 
 import pytest
 
-from harness.core import record
-from harness.core.registry import PACKAGE_DIR
+from harness.measure import record
+from harness.workload.registry import PACKAGE_DIR
 
 SCHEMA = json.loads((PACKAGE_DIR / "schemas" / "bench-results.schema.json").read_text())
 # the reference's columns, in its order, then the suite's own

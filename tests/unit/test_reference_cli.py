@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.core import registry
+from harness.workload import registry
 from harness.core.errors import UnknownNameError
 from test_cli import cli
 from tiny_models import write_local_matrix

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness.core.errors import RegistryError, UnknownNameError
-from harness.core.prompts import load_prompts
-from harness.core.registry import load_matrix, precisions, DEFAULT_MATRIX
+from harness.workload.prompts import load_prompts
+from harness.workload.registry import load_matrix, precisions, DEFAULT_MATRIX
 
 
 def test_default_registry_loads_and_every_pair_resolves():
@@ -108,7 +108,7 @@ why = "planted: K=4 on this host"
 
 
 def test_a_user_registry_adds_models_and_pairs_and_changes_single_values(tmp_path, monkeypatch):
-    from harness.core.selection import Request, resolve
+    from harness.workload.selection import Request, resolve
 
     user = tmp_path / "user.toml"
     user.write_text(USER_PAIR)

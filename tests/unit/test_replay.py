@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core import registry
+from harness.workload import registry
 from harness.perf.ab.gate import ABSettings
 from harness.perf.combinations import PerfSettings
 from harness.perf.outcome import Outcome

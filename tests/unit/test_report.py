@@ -8,15 +8,15 @@ import pytest
 
 from harness.core.errors import ResultsError
 from harness.core.jsonio import atomic_write_text
-from harness.core.report import read_json, write_json
+from harness.measure.report import read_json, write_json
 from tiny_models import write_local_matrix
 
 
 @pytest.fixture(scope="module")
 def results_doc(tmp_path_factory):
-    from harness.core import bench, report
-    from harness.core.registry import load_matrix
-    from harness.core.selection import Request
+    from harness.measure import bench, report
+    from harness.workload.registry import load_matrix
+    from harness.workload.selection import Request
 
     matrix = load_matrix(write_local_matrix(tmp_path_factory.mktemp("tiny")))
     cfg = bench.build_config(matrix, Request(pair="tiny+draft", max_new_tokens=8), limit=2)

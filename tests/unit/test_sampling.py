@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.accuracy import sampling
-from harness.core.decode import DecodeSettings
+from harness.workload.decode import DecodeSettings
 from test_equivalence import verification_agrees_with_draft
 from tiny_models import prompt, tiny_model
 

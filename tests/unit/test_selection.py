@@ -1,4 +1,4 @@
-"""What to run is resolved once (harness/core/selection.py): each value from the request, the preset,
+"""What to run is resolved once (harness/workload/selection.py): each value from the request, the preset,
 the CPU class's choice, the pair or the registry's defaults, with that origin recorded; bad input is
 one line naming the option; a target given by path runs without a pair; and downstream of the
 resolver nothing reads K or a precision from the registry again."""
@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.core import bench, registry
+from harness.measure import bench
+from harness.workload import registry
 from harness.core.errors import HarnessError, RegistryError, UnknownNameError
-from harness.core.selection import Request, resolve
+from harness.workload.selection import Request, resolve
 from tiny_models import write_local_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,7 +121,8 @@ def test_downstream_reads_k_and_the_draft_precision_from_the_selection_only(tiny
     """After resolving, the pair's registry values change; bench, the perf runner and HumanEval must
     still run the selection's K and draft precision (a re-read of the registry would not)."""
     from harness.accuracy import humaneval
-    from harness.core import generate, models
+    from harness.measure import generate
+    from harness.workload import models
     from harness.perf.combinations import Combination, PerfSettings
     from harness.perf.runner import Runner, load_pair
 
@@ -158,7 +160,7 @@ def test_downstream_reads_k_and_the_draft_precision_from_the_selection_only(tiny
 
 # The registry's K, precisions, per-class choices and presets are read by the resolver alone.
 REGISTRY_READS = {"num_assistant_tokens", "per_cpu_class", "preset", "reference_precision", "draft_vocab"}
-RESOLVER = {ROOT / "harness/core/selection.py", ROOT / "harness/core/registry.py"}
+RESOLVER = {ROOT / "harness/workload/selection.py", ROOT / "harness/workload/registry.py"}
 OWNERS = {"sel", "selection", "request", "args", "config", "self"}  # names that hold a selection or a request
 
 

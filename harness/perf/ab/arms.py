@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.core import locks
 from harness.core.errors import UnsupportedHereError
-from harness.core.models import cache_root
+from harness.workload.models import cache_root
 from harness.perf.ab.revision import Tree
 from harness.perf.ab.worker import PROTOCOL
 

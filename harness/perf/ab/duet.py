@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.core import affinity
+from harness.machine import affinity
 from harness.core.errors import UnsupportedHereError
 
 OPTION = "--perf-duet"

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.core import jsonio
 from harness.core.errors import IntegrityError
-from harness.core.registry import PACKAGE_DIR
+from harness.workload.registry import PACKAGE_DIR
 
 PATH = PACKAGE_DIR.parent / "baselines" / "reference.json"
 SCHEMA = PACKAGE_DIR.parent / "baselines" / "reference.schema.json"

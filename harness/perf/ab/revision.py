@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.core.errors import UnsupportedHereError
 from harness.core import locks
-from harness.core.models import cache_root, lock_file
+from harness.workload.models import cache_root, lock_file
 
 log = logging.getLogger(__name__)
 

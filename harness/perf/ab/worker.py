@@ -43,7 +43,7 @@ class Worker:
         return {"protocol": PROTOCOL, "harness": os.path.dirname(harness.__file__), "pid": os.getpid()}
 
     def load(self, request: dict[str, Any]) -> dict[str, Any]:
-        from harness.core import registry
+        from harness.workload import registry
         from harness.perf.combinations import Combination, PerfSettings
         from harness.perf.runner import Runner, load_pair
 

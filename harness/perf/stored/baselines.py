@@ -1,9 +1,9 @@
 """Per-platform baselines: read, validate, migrate, merge and write `baselines/<platform-id>.json`.
 
-A baseline file belongs to one platform: the hardware (harness/core/platform.py: device, CPU
+A baseline file belongs to one platform: the hardware (harness/machine/platform.py: device, CPU
 model, capability class, cores). The software it was measured with is recorded beside it (the
 file's `software`, and each combination's `versions`), and so is the host-speed probe of the host
-that measured it (each combination's `host_probe`, harness/core/hostspeed.py). It is validated
+that measured it (each combination's `host_probe`, harness/machine/hostspeed.py). It is validated
 against baselines/schema.json on read and on write, written atomically (temporary file, fsync,
 rename), and only this machine's file is ever written. Older schema versions are migrated by an
 explicit function per version step (`MIGRATIONS`); a version without one is an error, never a guess.
@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core import capability, hostspeed, jsonio, locks, platform
+from harness.core import jsonio, locks
+from harness.machine import capability, hostspeed, platform
 from harness.core.errors import IntegrityError
-from harness.core.models import lock_file
-from harness.core.registry import PACKAGE_DIR
+from harness.workload.models import lock_file
+from harness.workload.registry import PACKAGE_DIR
 
 SCHEMA_VERSION = 3
 SCHEMA_PATH = PACKAGE_DIR.parent / "baselines" / "schema.json"

@@ -3,7 +3,7 @@ a host as fast as this one?
 
 - Other software versions: the baseline is still used, with one line naming what changed
   (`torch 2.13.0 -> 2.14.0`).
-- The host-speed probe (harness/core/hostspeed.py): this host's probe against the one recorded
+- The host-speed probe (harness/machine/hostspeed.py): this host's probe against the one recorded
   with the baseline. Beyond hostspeed.THRESHOLD the hosts are not comparable, and the stored gate
   defers to the A/B gate: the combination's outcome is DEFERRED, neither a pass nor a fail.
 - A baseline without a probe (measured before probes existed) is compared, with a note that the
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.core import hostspeed
+from harness.machine import hostspeed
 from harness.perf.stored.baselines import UPDATE_COMMAND, software_changes
 
 AB_COMMAND = "make perf-ab"

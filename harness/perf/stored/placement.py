@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from harness.core import affinity
+from harness.machine import affinity
 from harness.core.errors import UnsupportedHereError
 
 OPTION = "--perf-threads"

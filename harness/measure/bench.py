@@ -1,6 +1,6 @@
 """A benchmark run: plain and assisted decoding interleaved per prompt, K sweeps, repeats.
 
-Data flow: selection (harness/core/selection.py) -> models (+quant) -> prompts -> generate.measure_generation per
+Data flow: selection (harness/workload/selection.py) -> models (+quant) -> prompts -> generate.measure_generation per
 (prompt, configuration, repeat) -> per-prompt rows (medians) -> per-configuration summary.
 """
 
@@ -13,15 +13,18 @@ from typing import Any
 
 import torch
 
-from harness.core import descriptive, interleave, models, predict, prompts
-from harness.core.decode import DecodeSettings
+from harness.core import descriptive
+from harness.machine import predict
+from harness.measure import interleave
+from harness.workload import models, prompts
+from harness.workload.decode import DecodeSettings
 from harness.core.errors import BadInputError, HarnessError
-from harness.core.generate import ASSISTED, PLAIN, measure_generation
-from harness.core.predict import StepCosts
+from harness.measure.generate import ASSISTED, PLAIN, measure_generation
+from harness.machine.predict import StepCosts
 from harness.core.progress import bar as progress_bar
-from harness.core.record import GenerationResult, Row, Summary
-from harness.core.registry import Matrix
-from harness.core.selection import Request, Selection, resolve
+from harness.measure.record import GenerationResult, Row, Summary
+from harness.workload.registry import Matrix
+from harness.workload.selection import Request, Selection, resolve
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ class Configuration:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """A bench run: the resolved selection (what runs: harness/core/selection.py) and how often."""
+    """A bench run: the resolved selection (what runs: harness/workload/selection.py) and how often."""
 
     selection: Selection
     run_plain: bool

@@ -15,15 +15,15 @@ from typing import Any
 
 from harness import __version__
 from harness.core import jsonio
-from harness.core.bench import BenchConfig, BenchResult
+from harness.measure.bench import BenchConfig, BenchResult
 from harness.core.errors import ResultsError
-from harness.core.platform import detect
-from harness.core.provenance import Provenance
-from harness.core.provenance import collect as collect_provenance
-from harness.core.record import COLUMNS, Summary
-from harness.core.registry import PACKAGE_DIR
+from harness.machine.platform import detect
+from harness.machine.provenance import Provenance
+from harness.machine.provenance import collect as collect_provenance
+from harness.measure.record import COLUMNS, Summary
+from harness.workload.registry import PACKAGE_DIR
 
-RESULTS_SCHEMA_VERSION = 4  # 2: speedup_vs_reference per row and summary; 3: provenance (harness/core/provenance.py); 4: the selection with its origins (harness/core/selection.py)
+RESULTS_SCHEMA_VERSION = 4  # 2: speedup_vs_reference per row and summary; 3: provenance (harness/machine/provenance.py); 4: the selection with its origins (harness/workload/selection.py)
 RESULTS_SCHEMA = PACKAGE_DIR / "schemas" / "bench-results.schema.json"
 
 def _table(headers: list[str], body: list[list[str]], markdown: bool) -> str:
@@ -79,14 +79,14 @@ def render_summary(result: BenchResult) -> str:
         line = summary_line(s)
         predicted = result.predicted(s)
         if predicted is not None:
-            line += f"; predicted {predicted:.2f}x from step costs (harness/core/predict.py)"
+            line += f"; predicted {predicted:.2f}x from step costs (harness/machine/predict.py)"
         lines.append(line)
     return "\n".join(lines)
 
 
 def machine_line(cfg: BenchConfig) -> str:
     """Which CPU class this runs as, what runs, and where each value came from (the selection's)."""
-    from harness.core import capability
+    from harness.machine import capability
 
     sel = cfg.selection
     k = ",".join(map(str, sel.ks))
@@ -100,16 +100,16 @@ def machine_line(cfg: BenchConfig) -> str:
         lines.append(f"reference  plain decoding at {cfg.reference.reference} runs beside plain "
                      f"{sel.target.precision} ({sel.origin('reference_precision')})")
     if sel.attention.implementation:
-        lines.append(f"attention  {sel.attention.implementation} for target and draft (harness/core/attention.py)")
+        lines.append(f"attention  {sel.attention.implementation} for target and draft (harness/workload/attention.py)")
     if sel.draft_vocab:
         lines.append(f"draft head scores the {sel.draft_vocab} most frequent tokens ({sel.origin('draft_vocab')}; "
-                     "harness/core/drafthead.py)")
+                     "harness/workload/drafthead.py)")
     return "\n".join(lines)
 
 
 def to_json(result: BenchResult, command: list[str] | None = None, origin: Provenance | None = None) -> dict[str, Any]:
     """The results document; `origin`: where it was measured (collected now, without a host probe, if not given)."""
-    from harness.core import capability
+    from harness.machine import capability
 
     cfg, sel = result.config, result.config.selection
     settings = dataclasses.asdict(sel.decode)

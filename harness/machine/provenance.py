@@ -15,7 +15,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-# The repository the harness runs from: harness/core/provenance.py -> its root.
+# The repository the harness runs from: harness/machine/provenance.py -> its root.
 SOURCE_TREE = Path(__file__).resolve().parents[2]
 
 
@@ -24,9 +24,9 @@ class Provenance:
     commit: str | None             # full sha of HEAD; None where the code is not in a git checkout
     dirty: bool | None             # tracked files differ from HEAD (None with no commit)
     date: str                      # when it was measured, ISO 8601 in UTC
-    platform_id: str               # harness/core/platform.py: names the baseline file too
-    cpu_class: str                 # harness/core/capability.py
-    host_probe: dict[str, Any] | None  # harness/core/hostspeed.py measure(); None where none was taken
+    platform_id: str               # harness/machine/platform.py: names the baseline file too
+    cpu_class: str                 # harness/machine/capability.py
+    host_probe: dict[str, Any] | None  # harness/machine/hostspeed.py measure(); None where none was taken
     software: dict[str, str]       # python, torch, transformers, oneDNN, MKL, CUDA, harness
 
     def as_dict(self) -> dict[str, Any]:
@@ -34,9 +34,9 @@ class Provenance:
 
 
 def software_versions() -> dict[str, str]:
-    """The versions a measurement depends on: harness/core/platform.py software() and the harness."""
+    """The versions a measurement depends on: harness/machine/platform.py software() and the harness."""
     from harness import __version__
-    from harness.core import platform
+    from harness.machine import platform
 
     return {**platform.software(), "harness": __version__}
 
@@ -60,7 +60,7 @@ def git_state(tree: Path = SOURCE_TREE) -> tuple[str | None, bool | None]:
 
 def collect(device: str = "cpu", *, host_probe: dict[str, Any] | None = None,
             tree: Path = SOURCE_TREE) -> Provenance:
-    from harness.core import platform
+    from harness.machine import platform
 
     info = platform.detect(device)
     commit, dirty = git_state(tree)

@@ -1,7 +1,7 @@
 """One measured generation: wall/CPU timings, the tokens, and the decoding loop's own counters.
 
 `measure_generation` runs one `generate` call (batch size 1) and returns a GenerationResult
-(harness/core/record.py, where every metric is defined). The counters come from the
+(harness/measure/record.py, where every metric is defined). The counters come from the
 assisted-decoding loop itself: the candidate generator that transformers builds for the call is
 wrapped, so `get_candidates` reports what was drafted and `update_candidate_strategy` reports
 n_matches. Logits processors are never used for this: they run several times per verification step.
@@ -19,10 +19,9 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from harness.core import timing
-from harness.core.decode import DecodeSettings
-from harness.core.record import GenerationResult
+from harness.workload.decode import ASSISTED, PLAIN, PROMPT_LOOKUP, DecodeSettings
+from harness.measure.record import GenerationResult
 
-PLAIN, ASSISTED, PROMPT_LOOKUP = "plain", "assisted", "prompt-lookup"
 
 
 def decode_metrics(total_s: float, prefill_s: float, new_tokens: int,
@@ -138,7 +137,7 @@ def measure_generation(
     tokenizer: Any = None,
 ) -> GenerationResult:
     """Run one `generate` (batch size 1) and measure it; `k`: the tokens drafted (or looked up)
-    per step, for the assisted modes only (a selection's K: harness/core/selection.py)."""
+    per step, for the assisted modes only (a selection's K: harness/workload/selection.py)."""
     if mode not in (PLAIN, ASSISTED, PROMPT_LOOKUP):
         raise ValueError(f"mode must be one of plain, assisted, prompt-lookup; got {mode!r}")
     if (mode != PLAIN) != (k is not None):

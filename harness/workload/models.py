@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from harness.core import locks, progress as progress_bars
+from harness.core.cachedir import cache_root
 from harness.core.errors import (
     BadInputError,
     IntegrityError,
@@ -43,22 +44,13 @@ from harness.core.errors import (
     UnknownNameError,
     UnsupportedHereError,
 )
-from harness.core.registry import GgufParts, Matrix, ModelSpec
+from harness.workload.registry import GgufParts, Matrix, ModelSpec
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "harness-manifest.json"
 HUB_PROBE_TIMEOUT_S = 5.0
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-
-
-def cache_root() -> Path:
-    """Absolute, so that a relative $HARNESS_CACHE_DIR means one folder whatever the working directory
-    (the A/B gate's base arm runs in another one, and gets this path, not the variable's text)."""
-    if env := os.environ.get("HARNESS_CACHE_DIR"):
-        return Path(env).expanduser().absolute()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "assisted-bench"
 
 
 def resolve_spec(matrix: Matrix, name: str) -> ModelSpec:
@@ -386,8 +378,8 @@ class LoadedModel:
     path: Path
     load_s: float
     quant_record: dict[str, Any] | None = None
-    draft_head: dict[str, Any] | None = None  # the output layer's token subset (harness/core/drafthead.py)
-    attention: str | None = None  # the attention implementation it runs (harness/core/attention.py)
+    draft_head: dict[str, Any] | None = None  # the output layer's token subset (harness/workload/drafthead.py)
+    attention: str | None = None  # the attention implementation it runs (harness/workload/attention.py)
 
 
 FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -396,7 +388,7 @@ FLOAT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 def require_kernel(precision: str, *, named_by: str | None = None, via: str = "") -> None:
     """A precision whose kernel does not run on this CPU fails here, before minutes of loading;
     `named_by` is the option that asked for it (the error starts with it), `via` where it came from."""
-    from harness.core import capability, kernels
+    from harness.machine import capability, kernels
 
     why = kernels.failure(precision)
     if why:
@@ -410,9 +402,9 @@ def require_kernel(precision: str, *, named_by: str | None = None, via: str = ""
 def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: int | None = None,
          attention: str | None = None) -> LoadedModel:
     """Load a fetched model at a precision ('bf16', 'fp32', 'fp16', 'w8af32', ...). `draft_vocab`:
-    a draft's output layer scores only its N most frequent tokens (harness/core/drafthead.py).
+    a draft's output layer scores only its N most frequent tokens (harness/workload/drafthead.py).
     `attention`: transformers' attn_implementation (None: its default), set after quantizing, so a
-    cached quantized checkpoint does not depend on it (harness/core/attention.py)."""
+    cached quantized checkpoint does not depend on it (harness/workload/attention.py)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -435,7 +427,7 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: i
     record = None
     head = None
     if draft_vocab:
-        from harness.core.drafthead import restrict_head
+        from harness.workload.drafthead import restrict_head
 
         try:
             head = restrict_head(model, tokenizer, draft_vocab)
@@ -452,7 +444,7 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: i
                                             variant=head, **settings)
         except quant.QuantSettingsError as exc:
             raise QuantizationError(f"model {spec.name!r} at precision {precision}: {exc}") from None
-        from harness.core.kernels import use_int8_kernel
+        from harness.machine.kernels import use_int8_kernel
 
         if device == "cpu" and (kernel := use_int8_kernel(model)):
             record.settings["int8_kernel"] = kernel  # how it ran, not how it was made (not in the cache key)

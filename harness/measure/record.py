@@ -1,8 +1,8 @@
 """The result record: one home for what a measured generation holds and how the table shows it.
 
 `Measurement` holds the numbers every generation has (the reference's columns). A
-`GenerationResult` is one `generate` call (harness/core/generate.py fills it); a `Row` is one
-prompt under one configuration, medians over repeats (harness/core/bench.py fills it); a
+`GenerationResult` is one `generate` call (harness/measure/generate.py fills it); a `Row` is one
+prompt under one configuration, medians over repeats (harness/measure/bench.py fills it); a
 `Summary` is one configuration over all prompts. Each field that is a table column says so in its
 metadata, so `COLUMNS` is derived from the dataclasses, and tests/unit/test_record.py holds the
 results JSON schema (harness/schemas/bench-results.schema.json) to these same fields.

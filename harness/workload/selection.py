@@ -25,14 +25,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from harness.core import models
-from harness.core.attention import AttentionChoice
-from harness.core.attention import resolve as resolve_attention
-from harness.core.decode import DecodeSettings
+from harness.workload import models
+from harness.workload.attention import AttentionChoice
+from harness.workload.attention import resolve as resolve_attention
+from harness.workload.decode import ASSISTED, PROMPT_LOOKUP, DecodeSettings
 from harness.core.errors import BadInputError, RegistryError, UnknownNameError, UnsupportedHereError
-from harness.core.generate import ASSISTED, PROMPT_LOOKUP
-from harness.core.platform import device_available
-from harness.core.registry import Matrix, ModelSpec, PairSpec, Preset, PromptSetSpec
+from harness.machine.platform import device_available
+from harness.workload.registry import Matrix, ModelSpec, PairSpec, Preset, PromptSetSpec
 
 
 class Origin(enum.StrEnum):
@@ -91,7 +90,7 @@ class ModelChoice:
 
     spec: ModelSpec
     precision: str
-    draft_vocab: int | None = None  # the draft scores only its N most frequent tokens (harness/core/drafthead.py)
+    draft_vocab: int | None = None  # the draft scores only its N most frequent tokens (harness/workload/drafthead.py)
 
     @property
     def name(self) -> str:
@@ -310,7 +309,7 @@ def _decode(matrix: Matrix, r: Request, task: str, prompt_set: PromptSetSpec, sr
 
 def _check_request(matrix: Matrix, r: Request, opt: Mapping[str, str]) -> None:
     """What no registry value can make right: an unknown precision, a K below 1, two kinds of drafting."""
-    from harness.core.registry import precisions
+    from harness.workload.registry import precisions
 
     known = precisions()
     for name in ("target_precision", "draft_precision", "reference_precision"):

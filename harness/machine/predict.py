@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core.kernels import time_call
+from harness.machine.kernels import time_call
 
 
 def expected_tokens(alpha: float, k: int) -> float:

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 
-from harness.core import capability, jsonio
+from harness.core import jsonio
+from harness.machine import capability
 from harness.core.errors import RegistryError, UnknownNameError
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # harness/: matrix.toml, schemas/, data/
@@ -77,7 +78,7 @@ class Preset:
     num_assistant_tokens: int
     reference_precision: str | None  # the plain arm its speedup is also measured against
     why: str
-    draft_vocab: int | None = None   # the draft scores only its N most frequent tokens (harness/core/drafthead.py)
+    draft_vocab: int | None = None   # the draft scores only its N most frequent tokens (harness/workload/drafthead.py)
 
 
 
@@ -94,7 +95,7 @@ class ClassChoice:
 
 @dataclass(frozen=True)
 class PairSpec:
-    """A pair as its registry table writes it; harness/core/selection.py applies the CPU class's
+    """A pair as its registry table writes it; harness/workload/selection.py applies the CPU class's
     choice, a preset and the request to it."""
 
     name: str
@@ -174,7 +175,7 @@ class Matrix:
     platforms: dict[str, PlatformSpec]
     prompt_sets: dict[str, PromptSetSpec]
     tasks: dict[str, str] = field(default_factory=dict)
-    cpu_class: str = "generic"  # the class whose per-pair choices were applied (harness/core/capability.py)
+    cpu_class: str = "generic"  # the class whose per-pair choices were applied (harness/machine/capability.py)
     perf: dict[str, Any] = field(default_factory=dict)  # the perf gate's table; expanded by harness/perf/combinations.py
     user: Path | None = None  # the user registry merged over `path`
     owners: dict[str, Path] = field(default_factory=dict)  # "pairs.NAME", ... -> the user registry that wrote it
@@ -232,8 +233,8 @@ def load_matrix(path: str | Path | None = None, cpu_class: str | None = None,
     `user`: a user registry merged over it (default: $HARNESS_USER_REGISTRY if set): its tables
     are merged key by key into the packaged ones (a new model or pair, or one value of an
     existing pair), its arrays replace theirs, and its relative paths are relative to itself.
-    `cpu_class` is the class whose per-pair choices harness/core/selection.py applies (default:
-    this process's class, harness.core.capability.detect())."""
+    `cpu_class` is the class whose per-pair choices harness/workload/selection.py applies (default:
+    this process's class, harness.machine.capability.detect())."""
     path = Path(path) if path else DEFAULT_MATRIX
     raw = _read_toml(path, "registry file")
     user_path = Path(user) if user else (Path(os.environ[USER_REGISTRY_ENV]) if os.environ.get(USER_REGISTRY_ENV)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core.errors import BadInputError, UnknownNameError
-from harness.core.registry import PromptSetSpec
+from harness.workload.registry import PromptSetSpec
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,14 @@ software versions that are recorded beside a baseline.
 The id keys the per-platform baselines: `<device>-<cpu or gpu model>-<class>-<N>c`, e.g.
 `cpu-intel-xeon-processor-amx-2c`. It is made of the hardware alone:
 - the device, the CPU (or GPU) model and the core count;
-- the CPU capability class (harness/core/capability.py): the ISA flags that matter, as the kernels
+- the CPU capability class (harness/machine/capability.py): the ISA flags that matter, as the kernels
   torch will really use, so a run restricted to AVX2 kernels (ONEDNN_MAX_CPU_ISA=AVX2
   ATEN_CPU_CAPABILITY=avx2) on an AMX machine is a platform of its own with its own file.
 There is no hash of a longer fingerprint. The flags that change kernels are the class, already in
 the id; a hash of the whole flag list would make a hypervisor that shows one more flag (or a
 microcode update) a new platform with no baseline, the failure the version hash had. Two hosts
 whose models share a slug (a VM that reports "Intel Xeon Processor" for several generations) are
-told apart by the host-speed probe (harness/core/hostspeed.py) that every baseline records, which
+told apart by the host-speed probe (harness/machine/hostspeed.py) that every baseline records, which
 is what matters for comparing their numbers.
 
 Software versions (python, torch, transformers, oneDNN, MKL, CUDA) are not in the id: they are
@@ -42,7 +42,7 @@ class PlatformInfo:
     transformers: str
     machine: str
     isa: tuple[str, ...]
-    capability: str = "generic"  # harness/core/capability.py CLASSES
+    capability: str = "generic"  # harness/machine/capability.py CLASSES
 
     @property
     def id(self) -> str:
@@ -71,7 +71,7 @@ def platform_id(device: str, cpu_model: str, gpu_name: str | None, capability: s
 
 
 def _cpu_info() -> tuple[str, tuple[str, ...]]:
-    from harness.core import capability
+    from harness.machine import capability
 
     model, flags = capability.cpuinfo()
     isa = tuple(f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8") if f in flags)
@@ -83,7 +83,7 @@ def detect(device: str = "cpu") -> PlatformInfo:
     import torch
     import transformers
 
-    from harness.core import capability
+    from harness.machine import capability
 
     cpu_model, isa = _cpu_info()
     gpu = torch.cuda.get_device_name(0) if device == "cuda" and torch.cuda.is_available() else None

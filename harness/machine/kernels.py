@@ -41,7 +41,7 @@ INT8_KERNEL_NAME = {"onednn": "oneDNN int8 GEMM, prepacked", "int_mm": "torch._i
 
 def int8_kernel() -> str:
     """This process's int8 GEMM: $HARNESS_INT8_KERNEL, else the CPU class's entry in INT8_KERNEL."""
-    from harness.core import capability
+    from harness.machine import capability
     from harness.core.errors import BadInputError
     from quant.layers import INT8_KERNELS
 

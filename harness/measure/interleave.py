@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from harness.core.decode import DecodeSettings
+from harness.workload.decode import DecodeSettings
 
 T = TypeVar("T")
 

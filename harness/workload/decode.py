@@ -1,6 +1,6 @@
 """Decoding settings: what one `generate` call is asked to do, besides K.
 
-They are built in one place, `harness.core.selection.resolve`, so a pair's registry values
+They are built in one place, `harness.workload.selection.resolve`, so a pair's registry values
 (schedule, confidence threshold) and the sampling switches mean the same thing everywhere. K is
 not here: it lives in the selection, and each generate call is given its own (bench sweeps it).
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+PLAIN, ASSISTED, PROMPT_LOOKUP = "plain", "assisted", "prompt-lookup"  # the decoding modes
 PROMPT_LOOKUP_NGRAM = 10  # transformers' max_matching_ngram_size for prompt-lookup decoding
 
 
