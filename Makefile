@@ -8,6 +8,9 @@ TORCH_SPEC  ?= torch==2.13.0
 # Where that torch comes from where it is not on disk: e.g. https://download.pytorch.org/whl/cpu
 # (the CPU wheels; PyPI's default build of torch carries CUDA). Empty: pip's own index.
 TORCH_INDEX ?=
+# pip's errors only: a host's pip configuration can add a warning per package (a find-links folder
+# that does not exist here); PIP_QUIET=--quiet shows pip's warnings again.
+PIP_QUIET ?= -qq
 # A folder for JUnit XML, one file per pytest stage of make test (docs/ci.md). Empty: none.
 JUNIT_DIR   ?=
 # The run history (harness/history/store.py): bench and the merge gate append every run's measurements.
@@ -25,9 +28,9 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install $(PIP_QUIET) --upgrade pip
+	$(PY) -m pip install $(PIP_QUIET) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	$(PY) -m pip install $(PIP_QUIET) -e '.[dev]'
 	touch $@
 
 fetch: setup

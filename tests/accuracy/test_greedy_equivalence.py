@@ -9,10 +9,10 @@ import pytest
 from harness.accuracy import equivalence as eq
 import dataclasses
 
-from harness.core import prompts
-from harness.core.registry import CHOSEN
-from harness.core.selection import Request, resolve
-from harness.core.generate import ASSISTED, PROMPT_LOOKUP, measure_generation
+from harness.workload import prompts
+from harness.workload.registry import CHOSEN
+from harness.workload.selection import Request, resolve
+from harness.measure.generate import ASSISTED, PROMPT_LOOKUP, measure_generation
 from accuracy_common import load, matrix, save
 
 pytestmark = [pytest.mark.accuracy, pytest.mark.real]
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.accuracy, pytest.mark.real]
 # (pair, target precision, draft precision or None, max new tokens, marks[, attention of both models])
 COMBINATIONS = [
     ("smollm2-135m+self", "fp32", "fp32", 64, []),
-    # eager attention (harness/core/attention.py) instead of transformers' default sdpa
+    # eager attention (harness/workload/attention.py) instead of transformers' default sdpa
     ("smollm2-135m+self", "fp32", "fp32", 64, [], "eager"),
     ("smollm2-135m+self", "bf16", "w8af32", 64, []),
     # a quantized target: per-token activation scales keep a verified block equal to one token at a time
@@ -93,7 +93,9 @@ def test_assisted_equals_plain(combo):
         results.append(eq.triage(target.model, p.id, ids, plain, assisted, eq.EPSILON[tp], tokenizer=target.tokenizer))
         texts[p.id] = p.text
     label = f"{_id(combo)} (epsilon {eq.EPSILON[tp]})"
-    lines = [r.describe(texts[r.prompt_id]) for r in results] + [eq.summary_line(label, results)]
+    # a failure shows its prompt; every prompt's text and triage is in the saved file
+    lines = [r.describe(texts[r.prompt_id] if r.status == eq.FAILED else None) for r in results]
+    lines.append(eq.summary_line(label, results))
     print("\n" + "\n".join(lines))
     save(f"triage-{_id(combo).replace(':', '_').replace('+', '_')}",
          {"combination": _id(combo), "epsilon": eq.EPSILON[tp], "counts": eq.counts(results),
