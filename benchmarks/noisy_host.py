@@ -158,7 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     neighbour = Neighbour(args)
 
+    starting = {"now": False, "stop": False}  # a stop while the command is being started waits for its pid
+
     def stop(signum: int, frame: object) -> None:
+        if starting["now"]:
+            starting["stop"] = True
+            return
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
@@ -170,7 +175,14 @@ def main(argv: list[str] | None = None) -> int:
         neighbour.start()
         if command:
             env = {**os.environ, NOISE_ENV: neighbour.pids()}
-            child = subprocess.Popen(command, env=env)
+            # a signal between the fork and Popen's return would leave a command no one stops
+            starting["now"] = True
+            try:
+                child = subprocess.Popen(command, env=env)
+            finally:
+                starting["now"] = False
+            if starting["stop"]:
+                raise KeyboardInterrupt
             try:
                 code = child.wait(timeout=args.seconds)
             except subprocess.TimeoutExpired:

@@ -12,8 +12,10 @@ in this order, the first that has it:
     the pair's own registry values
     the registry's [defaults]
 
-A target or draft may be a registry model, a local Hugging Face folder or a hub id (item
-`--target NAME_OR_PATH`): without a pair, precisions and K come from the request or [defaults].
+A target or draft may be a registry model, a local Hugging Face folder or a hub id (`bench
+--target NAME_OR_PATH`): without a pair, precisions, K and prompts come from the request or
+[defaults]. Every value's origin is kept (`Selection.origins`), printed by bench and doctor and
+written in bench's results JSON.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from harness.core.errors import BadInputError, RegistryError, UnknownNameError, UnsupportedHereError
+from harness.machine.platform import device_available
 from harness.workload import models
 from harness.workload.attention import AttentionChoice
 from harness.workload.attention import resolve as resolve_attention
 from harness.workload.decode import ASSISTED, PROMPT_LOOKUP, DecodeSettings
-from harness.core.errors import BadInputError, RegistryError, UnknownNameError, UnsupportedHereError
-from harness.machine.platform import device_available
 from harness.workload.registry import Matrix, ModelSpec, PairSpec, Preset, PromptSetSpec
 
 
@@ -218,7 +220,7 @@ def resolve(matrix: Matrix, request: Request = Request()) -> Selection:
     pair = None if (r.target and not r.pair) else matrix.pair(r.pair or matrix.defaults.pair)
     if r.preset and pair is None:
         raise BadInputError(f"{opt['preset']} {r.preset}: presets belong to a pair; give {opt['pair']} "
-                           "(python -m harness pairs lists them)")
+                            "(python -m harness pairs lists them)")
     src = _Sources(matrix, pair, pair.preset(r.preset, matrix.cpu_class) if (pair and r.preset) else None)
     target, draft = _models(matrix, r, pair, src, opt)
     if r.prompt_lookup is not None:
