@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -33,14 +34,35 @@ def held(path: Path, *, what: str, on_wait: Callable[[str], None] | None = None)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            (on_wait or log.warning)(f"{what}: waiting for process {holder}, which holds {path}")
+            (on_wait or log.warning)(f"{what}: waiting for process {_holder(fd)}, which holds {path}")
             fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid():<20}\n".encode(), 0)  # one fixed-width write: never empty once written
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _holder(fd: int, patience_s: float = 2.0) -> str:
+    """The process id in a held lock file. The holder writes it just after taking the lock, so for a
+    moment the file may be empty or still name the previous holder: wait for a live process's id."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text.isdigit() and text != str(os.getpid()) and _alive(int(text)):
+            return text
+        if time.monotonic() >= deadline:
+            return "unknown"
+        time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def dies_with_parent() -> list[str]:

@@ -30,6 +30,28 @@ def test_a_second_process_waits_names_the_holder_and_then_runs(tmp_path):
     assert waited > 0.5  # it did wait for the first to finish
 
 
+# a holder caught between taking the lock and writing its id (what CI once saw: "waiting for process unknown")
+SLOW_HOLDER = ("import fcntl, os, sys, time\n"
+               "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+               "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+               "print('locked', flush=True); time.sleep(0.3)\n"
+               "os.pwrite(fd, f'{os.getpid():<20}\\n'.encode(), 0); time.sleep(1.0)\n")
+
+
+def test_the_waiter_names_the_live_holder_even_before_it_has_written_its_id(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path = tmp_path / "gate.lock"
+    path.write_text(f"{dead.pid}\n")  # the previous holder's id, still in the file
+    holder = subprocess.Popen([sys.executable, "-c", SLOW_HOLDER, str(path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    heard = []
+    with locks.held(path, what="A/B gate", on_wait=heard.append):
+        pass
+    holder.wait()
+    assert heard == [f"A/B gate: waiting for process {holder.pid}, which holds {path}"]
+
+
 def test_a_lock_of_a_killed_process_is_free(tmp_path):
     path = tmp_path / "x.lock"
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path), "60"], stdout=subprocess.PIPE, text=True)
