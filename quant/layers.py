@@ -15,6 +15,8 @@ kernel: AWQ and SmoothQuant move per-channel scale from activations into weights
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -177,8 +179,12 @@ class Int8DynamicLinear(_QuantLinear):
             self._unit = torch.ones(self.out_features)
             self._zero = torch.zeros(self.out_features, dtype=torch.int32)
         elif kernel == "fbgemm":
-            w = torch._make_per_channel_quantized_tensor(self.weight_q, self.weight_scale.double(),
-                                                         torch.zeros(self.out_features, dtype=torch.long), 0)
+            # fbgemm's prepack takes only a quantized tensor, whose creation torch 2.13 warns is deprecated
+            # (one warning per process in every log); the kernel is this torch's, so the warning is noted here
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="torch.quantize_per_tensor", category=UserWarning)
+                w = torch._make_per_channel_quantized_tensor(self.weight_q, self.weight_scale.double(),
+                                                             torch.zeros(self.out_features, dtype=torch.long), 0)
             self._packed = torch.ops.quantized.linear_prepack(w, None)
             self._range_row = torch.zeros(1, self.in_features)
             self._range_row[0, :2] = torch.tensor([1.0, -1.0])
