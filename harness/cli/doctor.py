@@ -79,9 +79,7 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
     _say(f"CPU class  {cap.why}")
     _say(f"           {capability.DESCRIPTION[cap.name]}")
     _say(f"ISA flags  {' '.join(cap.flags) or '(none of those that matter)'}")
-    _say(f"pair       {sel.pair}: target {sel.target.precision} ({sel.origin('target_precision')})"
-         + (f", draft {sel.draft.precision} ({sel.origin('draft_precision')})" if sel.draft else ", prompt lookup")
-         + f", K={sel.k} ({sel.origin('k')})")
+    _say(f"pair       {sel.pair}: {sel.headline(names=False)}")
     for reason in sel.reasons:
         _say(f"           {reason}")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -106,19 +107,15 @@ def _validator(path: Path) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema(path))
 
 
-def validate(doc: Any, schema_path: Path, source: str, error: type[HarnessError], hint: str = "",
-             sep: str = "/") -> None:
+def validate(doc: Any, schema_path: Path, source: str | Callable[[list[Any]], Any], error: type[HarnessError],
+             hint: str = "", sep: str = "/") -> None:
     """Check `doc` against the schema file; the first problem (by path) becomes one `error` line that
-    names `source` and where in the document, joined with `sep` ('.' for TOML keys)."""
-    problem = first_problem(doc, schema_path)
-    if problem:
-        keys, message, count = problem
-        where = sep.join(str(p) for p in keys) or "(top level)"
-        more = f" (and {count - 1} more)" if count > 1 else ""
-        raise error(f"{source}: {where}: {message}{more}" + (f". {hint}" if hint else ""))
-
-
-def first_problem(doc: Any, schema_path: Path) -> tuple[list[Any], str, int] | None:
-    """(the path of the first problem by path, its message, how many problems) or None if valid."""
+    names `source` (or what `source(keys)` names: a document merged from several files) and where in
+    the document, joined with `sep` ('.' for TOML keys)."""
     errors = sorted(_validator(Path(schema_path)).iter_errors(doc), key=lambda e: list(e.absolute_path))
-    return (list(errors[0].absolute_path), errors[0].message, len(errors)) if errors else None
+    if errors:
+        keys = list(errors[0].absolute_path)
+        where = sep.join(str(p) for p in keys) or "(top level)"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        named = source(keys) if callable(source) else source
+        raise error(f"{named}: {where}: {errors[0].message}{more}" + (f". {hint}" if hint else ""))

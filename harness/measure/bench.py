@@ -18,7 +18,7 @@ from harness.machine import predict
 from harness.measure import interleave
 from harness.workload import models, prompts
 from harness.workload.decode import DecodeSettings
-from harness.core.errors import BadInputError, HarnessError
+from harness.core.errors import HarnessError
 from harness.measure.generate import ASSISTED, PLAIN, measure_generation
 from harness.machine.predict import StepCosts
 from harness.core.progress import bar as progress_bar
@@ -88,10 +88,7 @@ class BenchResult:
 def build_config(matrix: Matrix, request: Request, *, mode: str = "compare", repeats: int | None = None,
                  limit: int | None = None) -> BenchConfig:
     """The selection (resolved once) and bench's own settings: which arms, repeats, a prompt limit."""
-    selection = resolve(matrix, request)
-    if mode != "plain" and selection.mode == ASSISTED and selection.draft is None:
-        raise BadInputError(f"pair {selection.pair!r} has no draft model; use --prompt-lookup N or another pair")
-    return BenchConfig(selection=selection, run_plain=mode in ("compare", "plain"),
+    return BenchConfig(selection=resolve(matrix, request), run_plain=mode in ("compare", "plain"),
                        run_assisted=mode in ("compare", "assisted"),
                        repeats=repeats or matrix.defaults.repeats, limit=limit)
 

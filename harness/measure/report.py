@@ -89,12 +89,8 @@ def machine_line(cfg: BenchConfig) -> str:
     from harness.machine import capability
 
     sel = cfg.selection
-    k = ",".join(map(str, sel.ks))
     lines = [f"CPU class {capability.detect().why}",
-             f"selection {sel.pair}: target {sel.target.name} {sel.target.precision} "
-             f"({sel.origin('target_precision')})"
-             + (f", draft {sel.draft.name} {sel.draft.precision} ({sel.origin('draft_precision')})"
-                if sel.draft else ", prompt lookup") + f", K={k} ({sel.origin('k')})"]
+             f"selection {sel.pair}: {sel.headline()}"]
     lines += [f"           {reason}" for reason in sel.reasons]
     if cfg.reference:
         lines.append(f"reference  plain decoding at {cfg.reference.reference} runs beside plain "

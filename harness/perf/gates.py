@@ -74,6 +74,7 @@ class PerfSession:
         self.trees: tuple[revision.Tree, revision.Tree] | None = None  # --perf-against: (base, candidate)
         self.reference_trees: tuple[revision.Tree, revision.Tree] | None = None  # no stored baseline here
         self.gated = 0  # perf tests selected to run (the A/B gate's family of tests)
+        self.nodeids: dict[str, str] = {}  # combination id -> its test's node id (--benchmark-json names them)
         self.notes: list[str] = []  # lines for the end of the run: software changes, host checks (once each)
         self.probe: dict[str, Any] | None = None  # this host's speed probe, measured once when first needed
         self.plan: duet.Plan = duet.IN_TURN  # the A/B gate's arms side by side or in turn: --perf-duet, set at configure

@@ -240,6 +240,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         # the perf tests that will run (a device missing here is a skip marked at collection)
         state.gated = sum(1 for i in session.items if i.get_closest_marker("skip") is None
                           and "perf_combination" in getattr(getattr(i, "callspec", None), "params", {}))
+        state.nodeids = {i.callspec.id: i.nodeid for i in session.items if hasattr(i, "callspec")}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -281,18 +282,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         state.held.close()  # the A/B gate's lock: the next gate on this repository may start
 
 
-def _nodeids(session: pytest.Session) -> dict[str, str]:
-    """Combination id -> its test's node id."""
-    return {item.callspec.id: item.nodeid for item in session.items if hasattr(item, "callspec")}
-
-
 def _write_benchmark_json(state: PerfSession, session: pytest.Session) -> None:
     """--benchmark-json with benchmarks disabled (the make targets): pytest-benchmark writes nothing,
     so the gate's rounds are written here (harness/perf/benchmark_json.py)."""
     path = session.config.getoption("benchmark_json", None)
     bench_session = getattr(session.config, "_benchmarksession", None)
     if path and (bench_session is None or bench_session.disabled):
-        benchmark_json.write(path, state.results, _nodeids(session), session.config)
+        benchmark_json.write(path, state.results, state.nodeids, session.config)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -300,8 +296,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
     """Benchmarks enabled: pytest-benchmark's file has the stored gate's rounds; the A/B gate's are added."""
     state: PerfSession | None = config.stash.get(_STATE, None)
     if state is not None and state.results:
-        nodeids = {c.id: f"tests/perf/test_perf_gate.py::test_perf[{c.id}]" for c in state.combinations}
-        output_json["benchmarks"] += benchmark_json.entries(state.results, nodeids, ab_only=True)
+        output_json["benchmarks"] += benchmark_json.entries(state.results, state.nodeids, ab_only=True)
 
 
 def _append_history(state: PerfSession, config: pytest.Config, origin: provenance.Provenance) -> None:

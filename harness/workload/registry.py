@@ -5,6 +5,7 @@ Nothing here touches the network or a model: it only reads and checks data.
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -182,7 +183,7 @@ class Matrix:
 
     def file_of(self, table: str, name: str) -> Path:
         """The file an entry comes from (errors name it)."""
-        return self.owners.get(f"{table}.{name}", self.path)
+        return _owner(self.owners, self.path, table, name)
 
     def model(self, name: str) -> ModelSpec:
         return _lookup("model", name, self.models, self.path)
@@ -240,22 +241,17 @@ def load_matrix(path: str | Path | None = None, cpu_class: str | None = None,
     user_path = Path(user) if user else (Path(os.environ[USER_REGISTRY_ENV]) if os.environ.get(USER_REGISTRY_ENV)
                                          else None)
     owners: dict[str, Path] = {}
+    extra: dict[str, Any] = {}
     if user_path is not None:
         extra = _read_toml(user_path, f"user registry ({USER_REGISTRY_OPTION} or ${USER_REGISTRY_ENV})")
         raw = _merged(raw, extra)
         owners = {f"{table}.{name}": user_path for table, entries in extra.items() if isinstance(entries, dict)
                   for name in entries}
         owners.update({table: user_path for table in extra})
-        problem = jsonio.first_problem(raw, MATRIX_SCHEMA)
-        if problem:
-            keys, message, count = problem
-            where = ".".join(str(k) for k in keys) or "(top level)"
-            source = user_path if _has(extra, keys) else path
-            raise RegistryError(f"{source}: {where}: {message}" + (f" (and {count - 1} more)" if count > 1 else ""))
-    jsonio.validate(raw, MATRIX_SCHEMA, str(path), RegistryError, sep=".")
-
-    def file_of(table: str, name: str) -> Path:
-        return owners.get(f"{table}.{name}", path)
+    # a problem is named in the file that wrote its key
+    jsonio.validate(raw, MATRIX_SCHEMA, lambda keys: user_path if extra and _has(extra, keys) else path,
+                    RegistryError, sep=".")
+    file_of = functools.partial(_owner, owners, path)
 
     d = raw["defaults"]
     defaults = Defaults(**d)
@@ -274,6 +270,10 @@ def load_matrix(path: str | Path | None = None, cpu_class: str | None = None,
                     user=user_path, owners=owners)
     _cross_check(matrix)
     return matrix
+
+
+def _owner(owners: dict[str, Path], default: Path, table: str, name: str) -> Path:
+    return owners.get(f"{table}.{name}", default)
 
 
 def _read_toml(path: Path, what: str) -> dict[str, Any]:

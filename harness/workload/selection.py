@@ -33,7 +33,7 @@ from harness.workload import models
 from harness.workload.attention import AttentionChoice
 from harness.workload.attention import resolve as resolve_attention
 from harness.workload.decode import ASSISTED, PROMPT_LOOKUP, DecodeSettings
-from harness.workload.registry import Matrix, ModelSpec, PairSpec, Preset, PromptSetSpec
+from harness.workload.registry import Matrix, ModelSpec, PairSpec, Preset, PromptSetSpec, precisions
 
 
 class Origin(enum.StrEnum):
@@ -104,7 +104,6 @@ class Selection:
     """One resolved run. K lives here (`ks`) and nowhere else: a generate call is given its K."""
 
     pair: str                      # the registry pair, or 'TARGET+DRAFT' for models given without one
-    mode: str                      # the assisted arm: assisted (a draft model) | prompt-lookup
     target: ModelChoice
     draft: ModelChoice | None
     ks: tuple[int, ...]            # draft tokens per step; several only for bench's sweep
@@ -125,6 +124,11 @@ class Selection:
         return self.ks[0]
 
     @property
+    def mode(self) -> str:
+        """The assisted arm: assisted (a draft model) or prompt-lookup (none)."""
+        return ASSISTED if self.draft else PROMPT_LOOKUP
+
+    @property
     def precisions(self) -> str:
         """'target+draft' (or the target's alone): for ids and file names only."""
         return self.target.precision + (f"+{self.draft.precision}" if self.draft else "")
@@ -136,11 +140,13 @@ class Selection:
     def origin(self, name: str) -> str:
         return self.origins.get(name, Origin.DEFAULTS)
 
-    def explain(self) -> str:
-        """One line per value: where it came from; then the registry's reasons for its choices."""
-        lines = [f"{name} {value}: {self.origin(name)}" for name, value in self.as_values().items()
-                 if value is not None]
-        return "\n".join(lines + list(self.reasons))
+    def headline(self, *, names: bool = True) -> str:
+        """'target [NAME] P (origin), draft [NAME] P (origin), K=k (origin)': what runs and from where."""
+        def model(role: str, m: ModelChoice) -> str:
+            return f"{role} {m.name + ' ' if names else ''}{m.precision} ({self.origin(role + '_precision')})"
+
+        draft = f", {model('draft', self.draft)}" if self.draft else ", prompt lookup"
+        return f"{model('target', self.target)}{draft}, K={','.join(map(str, self.ks))} ({self.origin('k')})"
 
     def as_values(self) -> dict[str, Any]:
         return {"target": self.target.name, "target_precision": self.target.precision,
@@ -156,9 +162,6 @@ class Selection:
         return {"pair": self.pair, "mode": self.mode, "cpu_class": self.cpu_class,
                 "preset": self.preset.name if self.preset else None,
                 "values": self.as_values(), "origins": dict(self.origins), "reasons": list(self.reasons)}
-
-    def with_decode(self, **changes: Any) -> "Selection":
-        return dataclasses.replace(self, decode=dataclasses.replace(self.decode, **changes))
 
 
 class _Sources:
@@ -248,7 +251,7 @@ def resolve(matrix: Matrix, request: Request = Request()) -> Selection:
     name = pair.name if pair and not (r.target or r.draft) else _pair_name(matrix, target.spec,
                                                                              draft.spec if draft else None)
     return Selection(
-        pair=name, mode=ASSISTED if draft else PROMPT_LOOKUP, target=target, draft=draft, ks=tuple(ks),
+        pair=name, target=target, draft=draft, ks=tuple(ks),
         decode=_decode(matrix, r, task, prompt_set, src), reference_precision=reference, attention=attention,
         platform=platform_name, device=device, task=task, prompt_set=prompt_set, cpu_class=matrix.cpu_class,
         preset=src.preset, origins=MappingProxyType(dict(src.origins)), reasons=src.reasons())
@@ -311,8 +314,6 @@ def _decode(matrix: Matrix, r: Request, task: str, prompt_set: PromptSetSpec, sr
 
 def _check_request(matrix: Matrix, r: Request, opt: Mapping[str, str]) -> None:
     """What no registry value can make right: an unknown precision, a K below 1, two kinds of drafting."""
-    from harness.workload.registry import precisions
-
     known = precisions()
     for name in ("target_precision", "draft_precision", "reference_precision"):
         value = getattr(r, name)
