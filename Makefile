@@ -22,7 +22,7 @@ BENCH_ARGS  ?=
 K_SWEEP     ?= 2-8
 
 .PHONY: setup bench doctor bench-smoke sweep test unit fetch perf perf-ab perf-all perf-update gate-power gate-power-ab gate-power-ab-noisy noisy-host clean-venv \
-        accuracy accuracy-all humaneval-full sandbox-tools sandbox-selftest quant-table
+        accuracy accuracy-all humaneval-full sandbox-tools postgres-tools sandbox-selftest quant-table
 
 setup: $(VENV)/.installed
 
@@ -106,7 +106,7 @@ unit: setup
 # suite's CI part (greedy equivalence on SmolLM2, HumanEval pass@1 of the default pair on a fixed
 # subset, in the sandbox), and the merge gate: the A/B perf gate of this tree against the reference
 # commit (baselines/reference.json) on the default pair, greedy.
-test: setup
+test: setup postgres-tools
 	$(PY) -m pytest tests/unit tests/integration $(call junit,unit)
 	$(MAKE) accuracy
 	$(MAKE) perf-ab
@@ -157,6 +157,14 @@ humaneval-full: fetch
 
 # bubblewrap: the sandbox's backend for a user who is not root (as root, the unshare backend needs
 # nothing installed). Without either, model-written code is refused (docs/sandbox.md).
+# PostgreSQL's server for the run history's tests (tests/unit/pgserver.py starts a throw-away one as an
+# unprivileged user): Debian's postgresql package, installed where it is missing.
+postgres-tools:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && echo "PostgreSQL server already installed" || \
+	  { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq postgresql; \
+	    elif command -v sudo >/dev/null; then sudo apt-get update -qq && sudo apt-get install -y -qq postgresql; \
+	    else echo "install the Debian package postgresql (needs root)"; exit 1; fi; }
+
 sandbox-tools:
 	@command -v bwrap >/dev/null && echo "bwrap already installed" || \
 	  { if [ "$$(id -u)" = 0 ]; then apt-get install -y bubblewrap; \

@@ -9,6 +9,7 @@ from pathlib import Path
 from harness.cli.options import float_in, int_in, parse_ks
 from harness.workload import registry
 from harness.core.errors import BadInputError
+from harness.history.store import location as history_location
 from harness.workload.selection import Request
 
 
@@ -74,9 +75,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--platform", help="registry platform (cpu, cuda, ...); default cpu")
     b.add_argument("--json", type=Path, metavar="PATH", help="write results JSON (validated, atomic)")
     b.add_argument("--markdown", type=Path, metavar="PATH", help="write the tables as markdown")
-    b.add_argument("--history", type=Path, metavar="PATH",
-                   help="append this run's medians to the run history at PATH (SQLite, created if missing; "
-                        "default: $HARNESS_HISTORY if set)")
+    b.add_argument("--history", type=history_location, metavar="PATH_OR_URL",
+                   help="append this run's medians to the run history: an SQLite file (created if missing) or a "
+                        "postgresql:// URL (default: $HARNESS_HISTORY if set)")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -135,8 +136,10 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
         print(f"markdown: {args.markdown}")
     if history and origin:
         run = history_bench.run(result, origin)
-        run_id, new = history_store.append(history, run)
-        print(f"history: run {run_id} {'appended to' if new else 'already in'} {history} "
+        with history_store.open_store(history) as store:
+            run_id, new = store.append(run)
+            name = store.name
+        print(f"history: run {run_id} {'appended to' if new else 'already in'} {name} "
               f"({len(run.measurements)} measurements)")
     return 0
 

@@ -1,5 +1,7 @@
-"""`python -m harness history show | changes`: the run history's series, oldest first (harness/history/store.py),
-and the change points in them (harness/history/changes.py)."""
+"""`python -m harness history show | changes | plot | report | export | merge`: the run history's series,
+oldest first (harness/history/store.py), the change points in them (harness/history/changes.py), their
+figures and one HTML page of them (harness/history/plot.py, report.py), and the history in other
+tools' formats or merged from several machines (harness/cli/history_export.py)."""
 
 from __future__ import annotations
 
@@ -7,54 +9,106 @@ import argparse
 from pathlib import Path
 
 from harness.cli.options import float_in, int_in
-from harness.core.errors import BadInputError
+from harness.cli import history_export as export_merge
+from harness.core.errors import BadInputError, did_you_mean
 from harness.history import changes as chg
 from harness.history import store
+from harness.history import plot as hplot
+from harness.history import report as hreport
+from harness.history import series as hseries
 
 DEFAULT = Path("results/history.sqlite")
+PLOTS = Path("results/history-plots")
+REPORT = Path("results/history.html")
+
+
+def history_option(parser: argparse.ArgumentParser, **kwargs) -> None:
+    parser.add_argument("--history", type=store.location, default=None, metavar="PATH_OR_URL",
+                        help=f"the history: an SQLite file or a postgresql:// URL (default: ${store.ENV} if set, "
+                             f"else {DEFAULT})", **kwargs)
+
+
+def filter_options(parser: argparse.ArgumentParser) -> None:
+    """--history and the series filters that every reading subcommand takes."""
+    history_option(parser)
+    parser.add_argument("--combination", metavar="ID", help="one series: a perf combination id or bench:... name")
+    parser.add_argument("--metric", metavar="NAME", help="one metric, e.g. plain_tokens_per_sec")
+    parser.add_argument("--platform", metavar="ID", help="one platform id")
+
+
+def change_options(parser: argparse.ArgumentParser) -> None:
+    """What counts as a change point (harness/history/changes.py)."""
+    parser.add_argument("--max-pvalue", type=float_in(0.0, 1.0, lo_open=True), default=chg.MAX_PVALUE,
+                        help=f"a change point's t-test p-value must be below this (default {chg.MAX_PVALUE})")
+    parser.add_argument("--min-magnitude", type=float_in(0.0, 10.0), default=chg.MIN_MAGNITUDE,
+                        help="and its relative change at least this, e.g. 0.02 (default 0: any size)")
+    parser.add_argument("--window", type=int_in(2 * chg.MIN_SIZE, 100000), default=chg.WINDOW,
+                        help=f"points per E-Divisive window (default {chg.WINDOW})")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     h = sub.add_parser("history", help="the run history: every bench run's and perf gate run's measurements")
     hsub = h.add_subparsers(dest="history_command", required=True)
     show = hsub.add_parser("show", help="the measurements per series, oldest first, with commit and date")
-    show.add_argument("--history", type=Path, default=None, metavar="PATH",
-                      help=f"the history file (default: ${store.ENV} if set, else {DEFAULT})")
-    show.add_argument("--combination", metavar="ID", help="one series: a perf combination id or bench:... name")
-    show.add_argument("--metric", metavar="NAME", help="one metric, e.g. plain_tokens_per_sec")
-    show.add_argument("--platform", metavar="ID", help="one platform id")
+    filter_options(show)
     changes = hsub.add_parser("changes", help="change points per series (E-Divisive means with a t-test, as Apache "
                                               "Otava finds them) and the commit range each lies in")
-    for name, kwargs in (("--history", dict(type=Path, default=None, metavar="PATH")),
-                         ("--combination", dict(metavar="ID")), ("--metric", dict(metavar="NAME")),
-                         ("--platform", dict(metavar="ID"))):
-        changes.add_argument(name, **kwargs)
+    filter_options(changes)
     changes.add_argument("--since", metavar="REV",
                          help="exit 1 when a regression lies after REV (in `git rev-list REV..HEAD`): for CI")
-    changes.add_argument("--max-pvalue", type=float_in(0.0, 1.0, lo_open=True), default=chg.MAX_PVALUE,
-                         help=f"a change point's t-test p-value must be below this (default {chg.MAX_PVALUE})")
-    changes.add_argument("--min-magnitude", type=float_in(0.0, 10.0), default=chg.MIN_MAGNITUDE,
-                         help="and its relative change at least this, e.g. 0.02 (default 0: any size)")
-    changes.add_argument("--window", type=int_in(2 * chg.MIN_SIZE, 100000), default=chg.WINDOW,
-                         help=f"points per E-Divisive window (default {chg.WINDOW})")
+    change_options(changes)
+    export_merge.add_parsers(hsub)
+    _add_plot_report(hsub)
 
 
-def _series(args: argparse.Namespace) -> tuple[Path, dict[tuple[str, str, str], list[store.Point]]]:
-    """The history's points, per (combination, metric, platform), oldest first."""
-    path = args.history or store.default_path() or DEFAULT
-    if not path.is_file():
-        raise BadInputError(f"--history {path}: no history there yet; `make bench` or `make perf-ab` start one")
-    with store.Store(path) as s:
+def _add_plot_report(hsub: argparse._SubParsersAction) -> None:
+    plot = hsub.add_parser("plot", help="one PNG per series: the medians over runs, intervals, gate verdicts, and "
+                                        "each change point with its size and commit range")
+    report = hsub.add_parser("report", help="one static HTML page (figures inside it, no network needed) of the "
+                                            "trends, change points and latest verdicts, for CI to publish")
+    for parser in (plot, report):
+        filter_options(parser)
+        change_options(parser)
+    plot.add_argument("--out", type=Path, default=PLOTS, metavar="DIR", help=f"where the PNGs go (default {PLOTS})")
+    report.add_argument("--out", type=Path, default=REPORT, metavar="FILE", help=f"the HTML file (default {REPORT})")
+
+
+def _where(args: argparse.Namespace) -> str | Path:
+    where = args.history or store.default_path() or DEFAULT
+    if not store.exists(where):
+        raise BadInputError(f"--history {where}: no history there yet; `make bench` or `make perf-ab` start one")
+    return where
+
+
+def _check_filters(s: store.Store, args: argparse.Namespace) -> None:
+    """A filter that names nothing in the history: one line with the closest name."""
+    for option, column, value in (("--combination", "combination", args.combination),
+                                  ("--metric", "metric", args.metric), ("--platform", "platform_id", args.platform)):
+        if value is not None:
+            known = s.names(column)
+            if value not in known:
+                raise BadInputError(f"{option} {value}: not in the history {s.name}.{did_you_mean(value, known)} "
+                                    f"It holds {len(known)}: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''}")
+
+
+def _series(args: argparse.Namespace) -> tuple[str, dict[tuple[str, str, str], list[store.Point]]]:
+    """(the history's name as messages show it, its points per (combination, metric, platform), oldest first)."""
+    with store.open_store(_where(args)) as s:
+        _check_filters(s, args)
         points = s.series(combination=args.combination, metric=args.metric, platform_id=args.platform)
-    series: dict[tuple[str, str, str], list[store.Point]] = {}
-    for p in points:
-        series.setdefault((p.measurement.combination, p.measurement.metric, p.platform_id), []).append(p)
-    return path, series
+        name = s.name
+    return name, hseries.group(points)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.history_command == "changes":
         return run_changes(args)
+    if args.history_command in export_merge.COMMANDS:
+        return export_merge.run(args)
+    if args.history_command == "plot":
+        return run_plot(args)
+    if args.history_command == "report":
+        return run_report(args)
     path, series = _series(args)
     if not series:
         print(f"{path}: no measurements match")
@@ -64,14 +118,9 @@ def run(args: argparse.Namespace) -> int:
         for p in items:
             m = p.measurement
             interval = f"[{m.low:.4g}, {m.high:.4g}]" if m.low is not None and m.high is not None else ""
-            commit = (p.commit or "-")[:12] + ("+dirty" if p.dirty else "")
-            print(f"  {p.date}  {commit:<18} {p.kind:<11} {m.median:>9.4g} {interval:<20} n={m.n:<3} "
+            print(f"  {p.date}  {hseries.short_commit(p):<18} {p.kind:<11} {m.median:>9.4g} {interval:<20} n={m.n:<3} "
                   f"{m.verdict or ''}".rstrip())
     return 0
-
-
-def _commit(p: store.Point) -> str:
-    return (p.commit or "-")[:12] + ("+dirty" if p.dirty else "")
 
 
 def run_changes(args: argparse.Namespace) -> int:
@@ -79,25 +128,57 @@ def run_changes(args: argparse.Namespace) -> int:
     path, series = _series(args)
     after = _commits_since(args.since) if args.since else None
     regressions, found = [], 0
-    for (combination, metric, platform_id), items in series.items():
-        points = chg.change_points([p.measurement.median for p in items], window=args.window,
-                                   max_pvalue=args.max_pvalue, min_magnitude=args.min_magnitude)
-        if not points:
+    for s in hseries.analyse(series, _detection(args)):
+        if not s.steps:
             continue
-        print(f"{combination}  {metric}  on {platform_id}  ({len(items)} points)")
-        for c in points:
-            before, first = items[c.index - 1], items[c.index]
-            worse = chg.is_regression(metric, c)
+        print(f"{s.combination}  {s.metric}  on {s.platform_id}  ({len(s.points)} points)")
+        for step in s.steps:
+            c, before, first, worse = step.change, step.before, step.after, step.regression
             in_range = after is not None and first.commit is not None and first.commit in after
             print(f"  {'REGRESSION ' if worse else 'improvement'} {c.mean_before:.4g} -> {c.mean_after:.4g} "
-                  f"({c.magnitude:+.1%}, p {c.pvalue:.2g}) between {_commit(before)} ({before.date}) and "
-                  f"{_commit(first)} ({first.date})" + ("  [after --since]" if in_range else ""))
+                  f"({c.magnitude:+.1%}, p {c.pvalue:.2g}) between {hseries.short_commit(before)} ({before.date}) and "
+                  f"{hseries.short_commit(first)} ({first.date})" + ("  [after --since]" if in_range else ""))
             found += 1
             if worse and in_range:
-                regressions.append(f"{combination} {metric} {c.magnitude:+.1%} at {_commit(first)}")
+                regressions.append(f"{s.combination} {s.metric} {c.magnitude:+.1%} at {hseries.short_commit(first)}")
     print(f"{path}: {found} change point(s) in {len(series)} series"
           + (f"; {len(regressions)} regression(s) after {args.since}" if args.since else ""))
     return 1 if regressions else 0
+
+
+def _detection(args: argparse.Namespace) -> hseries.Detection:
+    return hseries.Detection(window=args.window, max_pvalue=args.max_pvalue, min_magnitude=args.min_magnitude)
+
+
+def _filters(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    return tuple((f"--{name}", value) for name in ("combination", "metric", "platform")
+                 if (value := getattr(args, name)) is not None)
+
+
+def _analysed(args: argparse.Namespace) -> tuple[str, list[hseries.Series]]:
+    """The series with their change points; none is an error, as there is nothing to draw."""
+    name, series = _series(args)
+    if not series:
+        given = " ".join(f"{k} {v}" for k, v in _filters(args))
+        raise BadInputError(f"--history {name}: " + (f"no measurements match {given}" if given else
+                                                      "no measurements in it yet; nothing to draw"))
+    return name, hseries.analyse(series, _detection(args))
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    """One PNG per series; one line per file written."""
+    _, series = _analysed(args)
+    for path in hplot.write_all(series, args.out):
+        print(path)
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """The history as one HTML page."""
+    name, series = _analysed(args)
+    path = hreport.write(args.out, series, hreport.Scope(name, _filters(args), _detection(args)))
+    print(f"report: {path} ({len(series)} series, {sum(len(s.steps) for s in series)} change point(s))")
+    return 0
 
 
 def _commits_since(rev: str) -> set[str]:

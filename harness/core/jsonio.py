@@ -29,13 +29,18 @@ def _regular_or_absent(path: Path, error: type[Exception]) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write `text` to `path` whole or not at all (a temporary file beside it, then a rename)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` whole or not at all (a temporary file beside it, fsynced, then a rename)."""
     path = Path(path)
     _regular_or_absent(path, IsADirectoryError)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

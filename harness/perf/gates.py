@@ -81,6 +81,7 @@ class PerfSession:
         self.noise: tuple[int, ...] = ()  # a deliberate noisy neighbour's pids (HARNESS_NOISY_HOST), set at configure
         self.recording: replay.Recording | None = None  # --perf-replay: rounds to decide from instead of measuring
         self.placement = placement.EVERY_CORE  # the stored gate's threads: --perf-threads, set at configure
+        self.history: str | Path | None = None  # --perf-history or $HARNESS_HISTORY, checked at configure
         self.held = contextlib.ExitStack()  # locks held to the end of the session (closed at sessionfinish)
         self._held_paths: set[Path] = set()
 

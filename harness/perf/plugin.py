@@ -50,7 +50,7 @@ def _add_files_and_selection(g: Any) -> None:
                      f"${registry.USER_REGISTRY_ENV} if set; docs/adding.md)")
     g.addoption("--perf-history", default=None, metavar="PATH",
                 help="append this session's measurements to the run history at PATH, an SQLite file created if "
-                     f"missing (default: ${history_store.ENV} if set, else no history)")
+                     f"missing, or a postgresql:// URL (default: ${history_store.ENV} if set, else no history)")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -195,6 +195,7 @@ def pytest_configure(config: pytest.Config) -> None:
         session.noise = loadguard.noise_pids()
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
+    session.history = _history(config)
     if config.getoption("perf_replay"):
         try:
             session.recording = replay.Recording.load(Path(config.getoption("perf_replay")))
@@ -299,16 +300,27 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
         output_json["benchmarks"] += benchmark_json.entries(state.results, state.nodeids, ab_only=True)
 
 
+def _history(config: pytest.Config) -> str | Path | None:
+    """--perf-history (else $HARNESS_HISTORY), opened once at configure: a history that cannot be opened
+    or reached stops the run before any model loads, not after the gate."""
+    option = config.getoption("perf_history")
+    try:
+        where = history_store.location(option) if option is not None else history_store.default_path()
+        if where is not None:
+            history_store.open_store(where).close()
+    except (ValueError, HarnessError) as exc:
+        raise pytest.UsageError(f"--perf-history: {exc}") from None
+    return where
+
+
 def _append_history(state: PerfSession, config: pytest.Config, origin: provenance.Provenance) -> None:
     """--perf-history: this session's runs appended to the history, one line each for the summary."""
-    option = config.getoption("perf_history")
-    path = Path(option) if option else history_store.default_path()
-    if path is None:
+    if state.history is None:
         return
-    with history_store.Store(path) as store:
+    with history_store.open_store(state.history) as store:
         for run in to_history.runs(state.results, origin):
             run_id, new = store.append(run)
-            state.note(f"history: {run.kind} run {run_id} {'appended to' if new else 'already in'} {path} "
+            state.note(f"history: {run.kind} run {run_id} {'appended to' if new else 'already in'} {store.name} "
                        f"({len(run.measurements)} measurements)")
 
 

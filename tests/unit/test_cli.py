@@ -161,7 +161,7 @@ def test_bench_appends_its_medians_to_the_history(tiny_matrix, tmp_path):
                 "--max-new-tokens", "8", "--history", str(history))
         assert r.returncode == 0, r.stderr
         assert f"appended to {history}" in r.stdout
-    with store.Store(history) as s:
+    with store.open_store(history) as s:
         assert s.runs() == 2  # two runs, two dates: both kept
         points = s.series(metric="tokens_per_sec")
     names = {p.measurement.combination for p in points}

@@ -62,7 +62,7 @@ def test_changes_since_a_revision_fails_only_for_a_regression_after_it(tmp_path)
         shas.append(_git(repo, "rev-parse", "HEAD"))
     history = tmp_path / "history.sqlite"
     values = noisy(10.0, 12, 8) + noisy(9.0, 12, 9)  # the new commit is 10% slower
-    with store.Store(history) as s:
+    with store.open_store(history) as s:
         for i, v in enumerate(values):
             commit = shas[0] if i < 12 else shas[1]
             s.append(Run("bench", origin(commit, f"2026-11-{1 + i:02d}T10:00:00+00:00"),

@@ -34,7 +34,7 @@ def a_run(commit: str = "a" * 40, date: str = "2026-11-25T10:00:00+00:00", tps: 
 
 def test_a_run_is_kept_whole_once_and_read_back_in_date_order(tmp_path):
     path = tmp_path / "h" / "history.sqlite"
-    with store.Store(path) as s:
+    with store.open_store(path) as s:
         late = s.append(a_run("b" * 40, "2026-11-26T10:00:00+00:00", tps=2.7))
         early = s.append(a_run())
         assert late[1] and early[1]
@@ -42,20 +42,20 @@ def test_a_run_is_kept_whole_once_and_read_back_in_date_order(tmp_path):
         points = s.series(combination="c1", metric="plain_tokens_per_sec")
     assert [p.commit for p in points] == ["a" * 40, "b" * 40]
     assert points[1].measurement == Measurement("c1", "plain_tokens_per_sec", 2.7, 2.7 * 0.98, 2.7 * 1.02, 8, "pass")
-    with store.Store(path) as s:  # reopened: nothing lost, no migration again
+    with store.open_store(path) as s:  # reopened: nothing lost, no migration again
         assert s.runs() == 2 and len(s.series()) == 4 and s.series(platform_id="elsewhere") == []
 
 
 def test_two_writers_at_once_lose_nothing(tmp_path):
     path = tmp_path / "history.sqlite"
-    store.Store(path).close()
+    store.open_store(path).close()
     writer = textwrap.dedent(f"""
         import sys
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from harness.history import store
         from test_history_store import a_run
-        with store.Store(Path({str(path)!r})) as s:
+        with store.open_store(Path({str(path)!r})) as s:
             for i in range(40):
                 s.append(a_run(commit=(sys.argv[1] + f"{{i:02d}}").ljust(40, "0"), tps=1 + i))
     """)
@@ -64,7 +64,7 @@ def test_two_writers_at_once_lose_nothing(tmp_path):
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
-    with store.Store(path) as s:
+    with store.open_store(path) as s:
         assert s.runs() == 80 and len(s.series()) == 160
 
 
@@ -72,9 +72,9 @@ def test_a_file_that_is_not_a_history_is_one_line(tmp_path):
     junk = tmp_path / "results.json"
     junk.write_text('{"not": "sqlite"}' * 100)
     with pytest.raises(HistoryError, match=f"{junk}: not a history file"):
-        store.Store(junk)
+        store.open_store(junk)
     with pytest.raises(HistoryError, match="not a file"):
-        store.Store(tmp_path)
+        store.open_store(tmp_path)
     assert junk.read_text().startswith('{"not"')  # nothing written into it
 
 
@@ -83,18 +83,18 @@ def test_a_newer_history_is_refused_and_an_empty_one_migrated(tmp_path):
     with sqlite3.connect(newer) as db:
         db.execute(f"PRAGMA user_version = {store.SCHEMA_VERSION + 1}")
     with pytest.raises(HistoryError, match="newer than this harness reads"):
-        store.Store(newer)
+        store.open_store(newer)
     empty = tmp_path / "empty.sqlite"
     sqlite3.connect(empty).close()
-    with store.Store(empty) as s:
+    with store.open_store(empty) as s:
         assert s.db.execute("PRAGMA user_version").fetchone()[0] == store.SCHEMA_VERSION
         assert s.append(a_run())[1]
 
 
 def test_a_run_of_an_unknown_kind_is_refused(tmp_path):
-    with store.Store(tmp_path / "h.sqlite") as s, pytest.raises(HistoryError, match="run kind 'nightly'"):
+    with store.open_store(tmp_path / "h.sqlite") as s, pytest.raises(HistoryError, match="run kind 'nightly'"):
         s.append(dataclasses.replace(a_run(), kind="nightly"))
-    with store.Store(tmp_path / "h.sqlite") as s:
+    with store.open_store(tmp_path / "h.sqlite") as s:
         assert s.runs() == 0
 
 
@@ -118,7 +118,7 @@ def test_a_perf_session_becomes_one_run_per_gate_kind():
 
 def test_history_show_prints_each_series_oldest_first(tmp_path):
     path = tmp_path / "history.sqlite"
-    with store.Store(path) as s:
+    with store.open_store(path) as s:
         s.append(a_run("b" * 40, "2026-11-26T10:00:00+00:00", tps=2.7))
         s.append(a_run())
     r = subprocess.run([sys.executable, "-m", "harness", "history", "show", "--history", str(path), "--metric",
@@ -131,3 +131,10 @@ def test_history_show_prints_each_series_oldest_first(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "harness", "history", "show", "--history", str(tmp_path / "no")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "no history there yet" in missing.stderr
+
+
+def test_both_engines_migrate_to_the_one_schema_version():
+    from harness.history.postgres_store import PostgresStore
+    from harness.history.sqlite_store import SQLiteStore
+
+    assert len(SQLiteStore.MIGRATIONS) == len(PostgresStore.MIGRATIONS) == store.SCHEMA_VERSION

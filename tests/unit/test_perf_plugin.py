@@ -68,7 +68,7 @@ def test_a_session_appends_its_measurements_to_the_history(measured):
 
     matrix, root, update = measured
     assert f"history: perf-update run 1 appended to {root / 'history.sqlite'} (6 measurements)" in update.stdout
-    with store.Store(root / "history.sqlite") as s:
+    with store.open_store(root / "history.sqlite") as s:
         points = s.series()
     assert {p.kind for p in points} == {"perf-update"} and {p.measurement.n for p in points} == {6}
     combos = set(verdicts(root))  # the two combinations the update measured
