@@ -22,7 +22,7 @@ BENCH_ARGS  ?=
 K_SWEEP     ?= 2-8
 
 .PHONY: setup bench doctor bench-smoke sweep test unit fetch perf perf-ab perf-all perf-update gate-power gate-power-ab gate-power-ab-noisy noisy-host clean-venv \
-        accuracy accuracy-all humaneval-full sandbox-tools postgres-tools sandbox-selftest quant-table
+        accuracy accuracy-all humaneval-full sandbox-tools postgres-tools history-report sandbox-selftest quant-table
 
 setup: $(VENV)/.installed
 
@@ -110,6 +110,12 @@ test: setup postgres-tools
 	$(PY) -m pytest tests/unit tests/integration $(call junit,unit)
 	$(MAKE) accuracy
 	$(MAKE) perf-ab
+	$(MAKE) history-report
+
+# The run history as one static HTML page for CI to publish (trends, change points, latest verdicts;
+# docs/history.md), and the change points in it.
+history-report: setup
+	$(PY) -m harness history report --history $(HISTORY) --out results/history.html
 
 # The merge gate (in make test): the working tree against a revision (default: the reference commit)
 # in one job, the arms side by side on their own cores where 2 are allowed (--perf-duet auto), on the

@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "history":  # reads the run history only: no models, so no transformers (2 s) and no registry
+        return history.run(args)
     import transformers
 
     transformers.logging.set_verbosity_error()
@@ -90,6 +92,4 @@ def _dispatch(args: argparse.Namespace) -> int:
         return sandbox.run(args)
     if args.command == "reference":
         return reference.run(args)
-    if args.command == "history":
-        return history.run(args)
     return models.run(matrix, args)

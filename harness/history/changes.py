@@ -20,6 +20,13 @@ Two departures from Otava, each for a finding of the tests (tests/unit/test_hist
   of n splits has a t-test p-value about n times too small, and a steady 12-point series showed a
   4% "change" at p = 0.0003 without it.
 
+Fast enough for `history changes` over a large history (docs/history.md has the figures): q-hat
+of every split comes from prefix sums of the distance matrix, the first split of all full windows
+of a series is computed at once (_screen), and Welch's test is scipy's arithmetic written out. Where
+rounding could decide a choice (two splits within rounding of a tie, a p-value within 0.1% of
+max_pvalue), those figures are summed again term by term as the definitions read, so the change
+points are the window-by-window, split-by-split loop's (the tests keep that loop and compare).
+
 Own code rather than MongoDB's signal-processing-algorithms (the library Hunter started from): a
 C extension pinned to old numpy for about 60 lines of numpy here, and its permutation test is
 random; the t-test variant is what Otava ships.
@@ -30,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +45,12 @@ WINDOW = 30
 MAX_PVALUE = 0.001
 MIN_MAGNITUDE = 0.0
 MIN_SIZE = 3  # points on each side of a split: a t-test needs a spread on both
+REACH = 2  # the least-squares split is looked for within this many points of q-hat's
+
+# Speed only (the splits are those of the definitions summed term by term; see _segment):
+TIE = 1e-12           # per point, the share of a row's total within which two splits may tie
+PVALUE_MARGIN = 1.001  # a batched p-value this close to max_pvalue is decided one by one
+BATCH_CELLS = 2_000_000  # distance-matrix cells per batch of windows (16 MB)
 
 
 @dataclass(frozen=True)
@@ -57,37 +71,108 @@ def qhat(x: np.ndarray, min_size: int = MIN_SIZE) -> tuple[int, float]:
     n = len(x)
     if n < 2 * min_size:
         return -1, 0.0
-    d = np.abs(x[:, None] - x[None, :])
+    tau, q, d, total = _qhat_all(x[None, :], min_size)
+    return _first_best(d[0], tau[_near_best(q, total, n)[0]])
+
+
+def _qhat_all(rows: np.ndarray, min_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """q-hat of every split of each row (a window of points) at once: (the splits, q-hat per row and
+    split, the rows' distance matrices, each row's sum of distances). The three block sums of a
+    split come from prefix sums over the rows of the distance matrix: of whole rows (the points
+    before the split against all) and of the rows left of the diagonal (before against before)."""
+    count, n = rows.shape
+    d = rows[:, :, None] - rows[:, None, :]
+    np.abs(d, out=d)
+    upper, left = np.zeros((count, n + 1)), np.zeros((count, n + 1))
+    upper[:, 1:] = np.einsum("wij->wi", d).cumsum(axis=1)  # d[:t, :].sum(); einsum: sums of short rows fast
+    left[:, 1:] = 2.0 * np.einsum("wij,ij->wi", d, np.tri(n, k=-1)).cumsum(axis=1)  # d[:t, :t].sum()
+    tau = np.arange(min_size, n - min_size + 1)
+    m, k = tau.astype(float), (n - tau).astype(float)
+    total, left, upper = upper[:, n], left[:, tau], upper[:, tau]
+    right = total[:, None] - 2.0 * upper + left
+    between = (upper - left) * 2.0 / (m * k)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        within_left = np.where(m > 1, left / (m * (m - 1)), 0.0)
+        within_right = np.where(k > 1, right / (k * (k - 1)), 0.0)
+    return tau, (m * k / n) * (between - within_left - within_right), d, total
+
+
+def _near_best(values: np.ndarray, scale: np.ndarray, n: int, *, lowest: bool = False) -> np.ndarray:
+    """Per row, the entries within rounding of the row's highest (or lowest): the ones that may be
+    the best when summed term by term. A prefix sum's rounding is below n x 2.2e-16 of the row's
+    total (`scale`); TIE gives that a wide margin."""
+    reach = TIE * n * scale[:, None]
+    if lowest:
+        return values <= values.min(axis=1, keepdims=True) + reach
+    return values >= values.max(axis=1, keepdims=True) - reach
+
+
+def _first_best(d: np.ndarray, candidates: np.ndarray) -> tuple[int, float]:
+    """The candidate split with the highest q-hat summed term by term; the first of a tie."""
     best, where = -math.inf, -1
-    for tau in range(min_size, n - min_size + 1):
-        m, k = tau, n - tau
-        between = d[:tau, tau:].sum() * 2.0 / (m * k)
-        within_left = d[:tau, :tau].sum() / (m * (m - 1)) if m > 1 else 0.0
-        within_right = d[tau:, tau:].sum() / (k * (k - 1)) if k > 1 else 0.0
-        q = (m * k / n) * (between - within_left - within_right)
-        if q > best:
-            best, where = q, tau
+    for t in candidates.tolist():
+        value = _qhat_at(d, t)
+        if value > best:
+            best, where = value, t
     return where, best
 
 
-def t_test(left: np.ndarray, right: np.ndarray) -> float:
-    """The two-sided p-value of Welch's t-test between two segments (1.0 when neither spreads)."""
-    from scipy.stats import ttest_ind_from_stats
+def _qhat_at(d: np.ndarray, tau: int) -> float:
+    """q-hat of the split at tau of the points whose distance matrix is d, as its definition reads."""
+    n = len(d)
+    m, k = tau, n - tau
+    between = d[:tau, tau:].sum() * 2.0 / (m * k)
+    within_left = d[:tau, :tau].sum() / (m * (m - 1)) if m > 1 else 0.0
+    within_right = d[tau:, tau:].sum() / (k * (k - 1)) if k > 1 else 0.0
+    return (m * k / n) * (between - within_left - within_right)
 
+
+def t_test(left: np.ndarray, right: np.ndarray) -> float:
+    """The two-sided p-value of Welch's t-test between two segments (1.0 when neither spreads).
+
+    scipy.stats.ttest_ind_from_stats(..., equal_var=False)'s arithmetic written out (the same
+    figures), without its argument handling, which cost more than the rest of the detector."""
     sl, sr = left.std(ddof=1), right.std(ddof=1)
     if sl == 0 and sr == 0:
         return 0.0 if left.mean() != right.mean() else 1.0
-    result = ttest_ind_from_stats(left.mean(), sl, len(left), right.mean(), sr, len(right), equal_var=False)
-    return float(result.pvalue)
+    # sl * sl, not sl**2: scipy squares its std as an array (a product); a float's ** may differ in the last digit
+    return float(_welch(left.mean(), sl * sl, len(left), right.mean(), sr * sr, len(right)))
 
 
-def _refined(x: np.ndarray, tau: int, min_size: int, reach: int = 2) -> int:
-    """The least-squares split (the smallest sum of squares within the two sides) near tau."""
-    def sse(t: int) -> float:
-        return float(((x[:t] - x[:t].mean()) ** 2).sum() + ((x[t:] - x[t:].mean()) ** 2).sum())
+def _welch(mean1: Any, var1: Any, n1: Any, mean2: Any, var2: Any, n2: Any) -> Any:
+    """Welch's two-sided p-value from each side's mean, variance (ddof 1) and size; arrays or scalars."""
+    from scipy.special import stdtr
 
-    near = range(max(min_size, tau - reach), min(len(x) - min_size, tau + reach) + 1)
-    return min(near, key=sse)
+    vn1, vn2 = var1 / n1, var2 / n2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = (vn1 + vn2)**2 / (vn1**2 / (n1 - 1) + vn2**2 / (n2 - 1))
+        df = np.where(np.isnan(df), 1.0, df)
+        t = (mean1 - mean2) / np.sqrt(vn1 + vn2)
+    return 2 * stdtr(df, -np.abs(t))
+
+
+def _sse(x: np.ndarray, t: int) -> float:
+    return float(((x[:t] - x[:t].mean()) ** 2).sum() + ((x[t:] - x[t:].mean()) ** 2).sum())
+
+
+def _sse_all(rows: np.ndarray, splits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the sum of squares within the two sides of each row split at each of `splits`, each row's
+    total): from prefix sums of the values less the row's mean, for all splits at once."""
+    n = rows.shape[1]
+    y = rows - rows.mean(axis=1, keepdims=True)
+    p, sq = np.zeros((len(rows), n + 1)), np.zeros((len(rows), n + 1))
+    p[:, 1:], sq[:, 1:] = y.cumsum(axis=1), (y * y).cumsum(axis=1)
+    left = sq[:, splits] - p[:, splits] ** 2 / splits
+    right = (sq[:, n:] - sq[:, splits]) - (p[:, n:] - p[:, splits]) ** 2 / (n - splits)
+    return left + right, sq[:, n]
+
+
+def _refined(x: np.ndarray, tau: int, min_size: int, reach: int = REACH) -> int:
+    """The least-squares split (the smallest sum of squares within the two sides) near tau; of a tie
+    the first. Those that may be smallest are summed again term by term (_sse)."""
+    near = np.arange(max(min_size, tau - reach), min(len(x) - min_size, tau + reach) + 1)
+    sse, total = _sse_all(x[None, :], near)
+    return min(near[_near_best(sse, total, len(x), lowest=True)[0]].tolist(), key=lambda t: _sse(x, t))
 
 
 def _pvalue(left: np.ndarray, right: np.ndarray, min_size: int) -> float:
@@ -111,6 +196,73 @@ def _split(x: np.ndarray, start: int, end: int, max_pvalue: float, min_size: int
     _split(x, at, end, max_pvalue, min_size, found)
 
 
+def _screen(rows: np.ndarray, max_pvalue: float, min_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first split of many windows of one length at once, as _split would make it: (each row's
+    split, whether it is significant beyond doubt); a row whose split or p-value lies within
+    rounding of a tie or of max_pvalue is neither significant nor clear and is left to _split."""
+    n = rows.shape[1]
+    tau, q, _, total = _qhat_all(rows, min_size)
+    sure = _near_best(q, total, n).sum(axis=1) == 1
+    best = tau[np.argmax(q, axis=1)]
+    sse, squares = _sse_all(rows, tau)
+    sse = np.where(np.abs(tau[None, :] - best[:, None]) <= REACH, sse, np.inf)
+    sure &= _near_best(sse, squares, n, lowest=True).sum(axis=1) == 1
+    at = tau[np.argmin(sse, axis=1)]
+    p = _split_pvalues(rows, at, min_size)
+    significant = sure & (p < max_pvalue / PVALUE_MARGIN)
+    clear = sure & (p > max_pvalue * PVALUE_MARGIN)
+    return at, np.where(significant, 1, np.where(clear, 0, -1))
+
+
+def _split_pvalues(rows: np.ndarray, at: np.ndarray, min_size: int) -> np.ndarray:
+    """_pvalue of each row split at its `at`, from masked sums; NaN where both sides barely spread
+    (t_test's no-spread case, decided one by one)."""
+    n = rows.shape[1]
+    left = np.arange(n)[None, :] < at[:, None]
+    m, k = at.astype(float), (n - at).astype(float)
+    mean_l, mean_r = np.where(left, rows, 0.0).sum(axis=1) / m, np.where(left, 0.0, rows).sum(axis=1) / k
+    squares = (rows - np.where(left, mean_l[:, None], mean_r[:, None])) ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):  # a side of one point: NaN, decided one by one
+        var_l, var_r = np.where(left, squares, 0.0).sum(axis=1) / (m - 1), np.where(left, 0.0, squares).sum(axis=1) / (k - 1)
+        p = np.minimum(1.0, _welch(mean_l, var_l, m, mean_r, var_r, k) * max(n - 2 * min_size + 1, 1))
+        flat = (var_l / m + var_r / k <= 1e-10 * (mean_l**2 + mean_r**2)) | (np.minimum(m, k) < 2)
+    return np.where(flat, np.nan, p)
+
+
+def _windows(n: int, window: int, min_size: int) -> list[tuple[int, int]]:
+    """(start, end) of each window: `window` points, overlapping by half, the last one cut short."""
+    out = []
+    for start in range(0, max(n - min_size, 1), max(window // 2, 1)):
+        out.append((start, min(start + window, n)))
+        if start + window >= n:
+            break
+    return out
+
+
+def _segment(x: np.ndarray, window: int, max_pvalue: float, min_size: int) -> set[int]:
+    """Every window split recursively (_split): the first split of all full-length windows screened
+    together (_screen), the rest and the undecided one by one. The same splits as _split on each."""
+    found: set[int] = set()
+    spans = _windows(len(x), window, min_size)
+    screened = [s for s, e in spans if e - s == window] if 1 <= min_size and 2 * min_size <= window else []
+    per_batch = max(1, BATCH_CELLS // (window + 1) ** 2)
+    for i in range(0, len(screened), per_batch):
+        starts = np.asarray(screened[i:i + per_batch])
+        at, verdict = _screen(x[starts[:, None] + np.arange(window)], max_pvalue, min_size)
+        for start, split, v in zip(starts.tolist(), (starts + at).tolist(), verdict.tolist()):
+            if v == 1:
+                found.add(split)
+                _split(x, start, split, max_pvalue, min_size, found)
+                _split(x, split, start + window, max_pvalue, min_size, found)
+            elif v == -1:
+                _split(x, start, start + window, max_pvalue, min_size, found)
+    done = set(screened)
+    for start, end in spans:
+        if start not in done:
+            _split(x, start, end, max_pvalue, min_size, found)
+    return found
+
+
 def _tested(x: np.ndarray, points: list[int], min_size: int) -> list[ChangePoint]:
     """Each point against the segments between it and its neighbours."""
     edges = [0, *points, len(x)]
@@ -125,13 +277,7 @@ def change_points(values: Sequence[float], *, window: int = WINDOW, max_pvalue: 
                   min_magnitude: float = MIN_MAGNITUDE, min_size: int = MIN_SIZE) -> list[ChangePoint]:
     """The change points of a series, oldest first."""
     x = np.asarray(values, dtype=float)
-    found: set[int] = set()
-    step = max(window // 2, 1)
-    for start in range(0, max(len(x) - min_size, 1), step):
-        _split(x, start, min(start + window, len(x)), max_pvalue, min_size, found)
-        if start + window >= len(x):
-            break
-    points = sorted(found)
+    points = sorted(_segment(x, window, max_pvalue, min_size))
     while points:
         tested = _tested(x, points, min_size)
         weak = [c for c in tested if c.pvalue >= max_pvalue or abs(c.magnitude) < min_magnitude]

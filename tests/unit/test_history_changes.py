@@ -85,3 +85,138 @@ def test_the_split_is_moved_to_the_least_squares_step_where_q_hat_is_one_point_o
     tau, _ = changes.qhat(np.asarray(series))
     assert tau != 20  # the case this test is for
     assert [c.index for c in changes.change_points(series)] == [20]
+
+
+def reference_qhat(x: np.ndarray, min_size: int = changes.MIN_SIZE) -> tuple[int, float]:
+    """q-hat as its definition reads, split by split (the loop changes.qhat replaced)."""
+    n = len(x)
+    if n < 2 * min_size:
+        return -1, 0.0
+    d = np.abs(x[:, None] - x[None, :])
+    best, where = -np.inf, -1
+    for tau in range(min_size, n - min_size + 1):
+        m, k = tau, n - tau
+        between = d[:tau, tau:].sum() * 2.0 / (m * k)
+        within_left = d[:tau, :tau].sum() / (m * (m - 1)) if m > 1 else 0.0
+        within_right = d[tau:, tau:].sum() / (k * (k - 1)) if k > 1 else 0.0
+        q = (m * k / n) * (between - within_left - within_right)
+        if q > best:
+            best, where = q, tau
+    return where, best
+
+
+def reference_t_test(left: np.ndarray, right: np.ndarray) -> float:
+    from scipy.stats import ttest_ind_from_stats
+
+    sl, sr = left.std(ddof=1), right.std(ddof=1)
+    if sl == 0 and sr == 0:
+        return 0.0 if left.mean() != right.mean() else 1.0
+    return float(ttest_ind_from_stats(left.mean(), sl, len(left), right.mean(), sr, len(right),
+                                      equal_var=False).pvalue)
+
+
+def random_inputs(count: int):
+    """Series of 1-200 points: steps, heavy tails, ties (rounded values), constant stretches."""
+    rng = np.random.default_rng(2029)
+    for i in range(count):
+        n = int(rng.integers(1, 200))
+        x = 10.0 + rng.standard_t(3, n) * rng.choice([0.01, 0.2, 3.0])
+        x[int(rng.integers(0, n)):] *= rng.choice([1.0, 0.95, 1.3])
+        if i % 4 == 1:
+            x = np.round(x, 1)  # many ties
+        elif i % 4 == 2:
+            x[: n // 2] = x[0]  # a constant stretch
+        yield x, int(rng.choice([1, 2, 3, 5]))
+
+
+def test_the_fast_q_hat_equals_the_split_by_split_definition_on_random_inputs():
+    for x, min_size in random_inputs(400):
+        assert changes.qhat(x, min_size) == reference_qhat(x, min_size), (list(x), min_size)
+    for x in (np.full(12, 3.0), np.arange(10.0), np.array([1.0, 2.0] * 8)):  # ties everywhere
+        assert changes.qhat(x) == reference_qhat(x)
+
+
+def test_the_written_out_welch_t_test_equals_scipys():
+    for x, _ in random_inputs(300):
+        at = len(x) // 2
+        left, right = x[:at], x[at:]
+        if min(len(left), len(right)) >= 2:
+            assert changes.t_test(left, right) == pytest.approx(reference_t_test(left, right), rel=1e-12, abs=1e-300)
+
+
+def reference_change_points(values, window=changes.WINDOW, max_pvalue=changes.MAX_PVALUE,
+                            min_magnitude=changes.MIN_MAGNITUDE, min_size=changes.MIN_SIZE):
+    """The detector as its docstring reads, window by window and split by split (what changes.py
+    computed before its windows were screened together and its sums taken from prefix sums)."""
+    x = np.asarray(values, dtype=float)
+
+    def pvalue(left, right):
+        if min(len(left), len(right)) < 2:
+            return 1.0
+        return min(1.0, reference_t_test(left, right) * max(len(left) + len(right) - 2 * min_size + 1, 1))
+
+    def sse(y, t):
+        return float(((y[:t] - y[:t].mean()) ** 2).sum() + ((y[t:] - y[t:].mean()) ** 2).sum())
+
+    def split(start, end, found):
+        tau, _ = reference_qhat(x[start:end], min_size)
+        if tau < 0:
+            return
+        near = range(max(min_size, tau - 2), min(end - start - min_size, tau + 2) + 1)
+        at = start + min(near, key=lambda t: sse(x[start:end], t))
+        if pvalue(x[start:at], x[at:end]) < max_pvalue:
+            found.add(at)
+            split(start, at, found)
+            split(at, end, found)
+
+    found = set()
+    for start in range(0, max(len(x) - min_size, 1), max(window // 2, 1)):
+        split(start, min(start + window, len(x)), found)
+        if start + window >= len(x):
+            break
+    points = sorted(found)
+    while points:
+        edges = [0, *points, len(x)]
+        tested = [changes.ChangePoint(at, float(x[edges[i - 1]:at].mean()), float(x[at:edges[i + 1]].mean()),
+                                      pvalue(x[edges[i - 1]:at], x[at:edges[i + 1]]))
+                  for i, at in enumerate(points, 1)]
+        weak = [c for c in tested if c.pvalue >= max_pvalue or abs(c.magnitude) < min_magnitude]
+        if not weak:
+            return tested
+        points.remove(max(weak, key=lambda c: (c.pvalue, -abs(c.magnitude))).index)
+    return []
+
+
+def stepped_series(count: int):
+    """Series of 10-400 points with 0-4 steps of 1-20%, Gaussian or Student-t noise of 0.1-5%; some
+    rounded (ties), some with a constant stretch."""
+    rng = np.random.default_rng(29)
+    for i in range(count):
+        n = int(rng.integers(10, 400))
+        level = np.full(n, 10.0)
+        for at in rng.integers(0, n, size=int(rng.integers(0, 5))):
+            level[at:] *= 1 + rng.choice([-1, 1]) * rng.uniform(0.01, 0.2)
+        e = rng.standard_normal(n) if i % 2 else rng.standard_t(3, n)
+        x = level * (1 + rng.choice([0.001, 0.01, 0.02, 0.05]) * e)
+        if i % 7 == 3:
+            x = np.round(x, 1)
+        elif i % 7 == 5:
+            x[n // 3: n // 2] = x[n // 3]
+        yield x
+
+
+@pytest.mark.parametrize("window,min_size", [(30, 3), (12, 3), (45, 2), (6, 3), (20, 1), (200, 3)])
+def test_the_detector_finds_what_the_window_by_window_definition_finds(window, min_size, monkeypatch):
+    """The screened windows, prefix sums and written-out t-test change no change point, p-value aside
+    in its last digits; a small batch size makes the windows come in several batches."""
+    monkeypatch.setattr(changes, "BATCH_CELLS", 3000)
+    series = list(stepped_series(60)) + [x for x, _ in random_inputs(40)]
+    checked = 0
+    for x in series:
+        fast = changes.change_points(x, window=window, min_size=min_size)
+        slow = reference_change_points(x, window=window, min_size=min_size)
+        assert [(c.index, c.mean_before, c.mean_after) for c in fast] == \
+               [(c.index, c.mean_before, c.mean_after) for c in slow], list(x)
+        assert [c.pvalue for c in fast] == pytest.approx([c.pvalue for c in slow], rel=1e-9, abs=1e-300)
+        checked += len(slow)
+    assert checked > 10  # the series hold steps to find

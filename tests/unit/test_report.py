@@ -71,3 +71,16 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
         atomic_write_text(path, "new")
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_atomic_writes_get_the_mode_a_plain_open_gives(tmp_path):
+    """A report or figure that CI publishes must be readable by others: mkstemp alone makes it 0600."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "r.html", "<p>")
+        assert stat.S_IMODE((tmp_path / "r.html").stat().st_mode) == 0o644
+    finally:
+        os.umask(old)
