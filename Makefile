@@ -13,7 +13,8 @@ TORCH_INDEX ?=
 PIP_QUIET ?= -qq
 # A folder for JUnit XML, one file per pytest stage of make test (docs/ci.md). Empty: none.
 JUNIT_DIR   ?=
-# The run history (harness/history/store.py): bench and the merge gate append every run's measurements.
+# The run history (harness/history/store.py): bench, both gates and baseline updates append every run's
+# measurements; a file, or a postgresql:// URL (docs/history.md).
 HISTORY     ?= results/history.sqlite
 junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$(1).xml)
 PAIR        ?= qwen-coder-1.5b+0.5b
@@ -60,15 +61,16 @@ sweep: fetch
 # this platform has no baseline for a combination.
 perf: fetch
 	$(PY) -m harness models fetch smollm2-135m-instruct
-	$(PY) -m pytest tests/perf -m "perf and not slow" --benchmark-disable $(PERF_ARGS)
+	$(PY) -m pytest tests/perf -m "perf and not slow" --perf-history $(HISTORY) --benchmark-disable $(PERF_ARGS)
 
 # Every combination of the matrix, the default pair included (tens of minutes).
 perf-all: fetch
-	$(PY) -m pytest tests/perf -m perf --benchmark-disable $(PERF_ARGS)
+	$(PY) -m pytest tests/perf -m perf --perf-history $(HISTORY) --benchmark-disable $(PERF_ARGS)
 
 # After a hardware or library change: measure this machine again, then review the diff of baselines/.
 perf-update: fetch
-	$(PY) -m pytest tests/perf -m "perf and not slow" --perf-update-baselines --benchmark-disable $(PERF_ARGS)
+	$(PY) -m pytest tests/perf -m "perf and not slow" --perf-update-baselines --perf-history $(HISTORY) \
+	    --benchmark-disable $(PERF_ARGS)
 
 # How well the gate tells planted slowdowns from noise (detection / false-alarm table).
 gate-power: setup

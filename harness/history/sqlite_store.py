@@ -47,8 +47,9 @@ class SQLiteStore(Store):
                                    "was written; run again when it has finished") from None
             raise HistoryError(f"{self.name}: {exc}") from None
         except sqlite3.DatabaseError as exc:
-            raise HistoryError(f"{self.name}: not a history file ({exc}); give another path or move it "
-                               "away") from None
+            raise HistoryError(f"{self.name}: not a history file, or a damaged one ({exc}); restore it from a "
+                               "copy (CI's cache, another machine's history: docs/history.md), give another path, or "
+                               "move it away") from None
 
     def _version(self) -> int:
         return int(self.db.execute("PRAGMA user_version").fetchone()[0])

@@ -138,3 +138,20 @@ def test_both_engines_migrate_to_the_one_schema_version():
     from harness.history.sqlite_store import SQLiteStore
 
     assert len(SQLiteStore.MIGRATIONS) == len(PostgresStore.MIGRATIONS) == store.SCHEMA_VERSION
+
+
+def test_a_damaged_history_is_one_line_and_left_as_it_was(tmp_path):
+    path = tmp_path / "history.sqlite"
+    with store.open_store(path) as s:
+        for i in range(200):
+            s.append(a_run(commit=f"{i:040d}", tps=1 + i))
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(path.read_bytes())
+    data[4096 * 2:4096 * 4] = b"\xff" * 8192  # pages of the tables overwritten, the header intact
+    path.write_bytes(bytes(data))
+    r = subprocess.run([sys.executable, "-m", "harness", "history", "show", "--history", str(path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 5 and r.stderr.count("\n") == 1, r.stderr
+    assert "not a history file, or a damaged one" in r.stderr and "restore it from a copy" in r.stderr
+    assert path.read_bytes() == bytes(data)
