@@ -2,8 +2,8 @@
 one that is not there, and how fast is it over a large history?
 
 Detection, with the detector's default settings on seeds 0..N-1 (the scored figures). Other
-settings (--window, --max-pvalue) are refused there: they are explored on held-out seeds only,
---seed-offset 100000 or above, so that nothing is tuned on the scored series.
+settings (--test, --window, --max-pvalue) are refused there: they are explored on held-out seeds
+only, --seed-offset 100000 or above, so that nothing is tuned on the scored series.
 
   * step: 30 points at level 1, then 30 at 0.95 (a 5% slowdown), each point level x (1 + noise);
     found when a change point lies within 2 points of the step (index 30);
@@ -29,7 +29,7 @@ times, the medians reported.
 
     python benchmarks/changepoint_power.py                      # ~2 minutes; writes the data file
     python benchmarks/changepoint_power.py --from-json benchmarks/data/changepoint_power.json
-    python benchmarks/changepoint_power.py --seed-offset 100000 --window 60 --timing-runs 0 --out /tmp/w60.json
+    python benchmarks/changepoint_power.py --seed-offset 100000 --test welch --window 30 --timing-runs 0 --out /tmp/w.json
 """
 
 from __future__ import annotations
@@ -78,6 +78,8 @@ def parse_args(argv):
     p.add_argument("--series", type=int, default=1000, help="seeded series per case (default 1000)")
     p.add_argument("--seed-offset", type=int, default=0,
                    help=f"first seed (default 0: the scored seeds; explore or tune only at {HELD_OUT} and above)")
+    p.add_argument("--test", choices=changes.TESTS, default=changes.TEST,
+                   help=f"the detector's two-sample test (default {changes.TEST}); another only with held-out seeds")
     p.add_argument("--window", type=int, default=changes.WINDOW,
                    help=f"the detector's window (default {changes.WINDOW}); another only with held-out seeds")
     p.add_argument("--max-pvalue", type=float, default=changes.MAX_PVALUE,
@@ -371,8 +373,8 @@ def main(argv=None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     seeds = range(args.seed_offset, args.seed_offset + args.series)
-    settings = {"window": args.window, "max_pvalue": args.max_pvalue}
-    tuned = settings != {"window": changes.WINDOW, "max_pvalue": changes.MAX_PVALUE}
+    settings = {"test": args.test, "window": args.window, "max_pvalue": args.max_pvalue}
+    tuned = settings != {"test": changes.TEST, "window": changes.WINDOW, "max_pvalue": changes.MAX_PVALUE}
     if tuned and seeds.start < HELD_OUT:
         raise SystemExit(f"settings other than the detector's defaults are explored on held-out seeds only: "
                          f"--seed-offset {HELD_OUT} or above")

@@ -39,11 +39,14 @@ def filter_options(parser: argparse.ArgumentParser) -> None:
 def change_options(parser: argparse.ArgumentParser) -> None:
     """What counts as a change point (harness/history/changes.py)."""
     parser.add_argument("--max-pvalue", type=float_in(0.0, 1.0, lo_open=True), default=chg.MAX_PVALUE,
-                        help=f"a change point's t-test p-value must be below this (default {chg.MAX_PVALUE})")
+                        help=f"a change point's p-value must be below this (default {chg.MAX_PVALUE})")
     parser.add_argument("--min-magnitude", type=float_in(0.0, 10.0), default=chg.MIN_MAGNITUDE,
                         help="and its relative change at least this, e.g. 0.02 (default 0: any size)")
     parser.add_argument("--window", type=int_in(2 * chg.MIN_SIZE, 100000), default=chg.WINDOW,
                         help=f"points per E-Divisive window (default {chg.WINDOW})")
+    parser.add_argument("--test", choices=chg.TESTS, default=chg.TEST,
+                        help=f"the two-sample test of a split: the rank-sum test (mannwhitney) or Welch's t-test "
+                             f"as Apache Otava has it (default {chg.TEST})")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -51,8 +54,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     hsub = h.add_subparsers(dest="history_command", required=True)
     show = hsub.add_parser("show", help="the measurements per series, oldest first, with commit and date")
     filter_options(show)
-    changes = hsub.add_parser("changes", help="change points per series (E-Divisive means with a t-test, as Apache "
-                                              "Otava finds them) and the commit range each lies in")
+    changes = hsub.add_parser("changes", help="change points per series (E-Divisive means with a rank-sum test, after "
+                                              "Apache Otava) and the commit range each lies in")
     filter_options(changes)
     changes.add_argument("--since", metavar="REV",
                          help="exit 1 when a regression lies after REV (in `git rev-list REV..HEAD`): for CI")
@@ -147,7 +150,8 @@ def run_changes(args: argparse.Namespace) -> int:
 
 
 def _detection(args: argparse.Namespace) -> hseries.Detection:
-    return hseries.Detection(window=args.window, max_pvalue=args.max_pvalue, min_magnitude=args.min_magnitude)
+    return hseries.Detection(window=args.window, max_pvalue=args.max_pvalue, min_magnitude=args.min_magnitude,
+                             test=args.test)
 
 
 def _filters(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:

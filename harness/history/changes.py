@@ -1,5 +1,5 @@
-"""Change points in a history series: E-Divisive means with a Student's t-test, as Apache Otava
-(formerly Hunter) finds them.
+"""Change points in a history series: E-Divisive means with a two-sample test, as Apache Otava
+(formerly Hunter) finds them, with a rank-sum test in place of Otava's t-test by default.
 
 A series is one metric of one combination on one platform, oldest first. E-Divisive (Matteson and
 James 2014) picks the split of a segment that maximizes the energy statistic q-hat, the divergence
@@ -7,25 +7,33 @@ between the values before and after it; Otava replaced its permutation test with
 t-test on the two sides, which is deterministic and far cheaper, and so does this module:
 
 1. within each window of `window` points (windows overlap by half, so a step near a window's edge
-   is inside the next one), split recursively at the best q-hat while the split's t-test p-value is
+   is inside the next one), split recursively at the best q-hat while the split's p-value is
    below `max_pvalue` and both sides have `min_size` points;
 2. then every candidate is tested again against its neighbours (the segments between it and the
    change points beside it), and the weakest of those that no longer pass (p-value above
    `max_pvalue` or relative change below `min_magnitude`) is dropped, until all pass.
 
-Two departures from Otava, each for a finding of the tests (tests/unit/test_history_changes.py):
+Three departures from Otava, each for a finding of the tests (tests/unit/test_history_changes.py)
+or of benchmarks/changepoint_power.py (docs/history.md has its figures):
 - the split q-hat picks is moved to the least-squares split within two points of it: with noise,
   q-hat put a 10% step one point early, and a step put one commit early blames the wrong commit;
 - a split's p-value is multiplied by the number of splits it was chosen from (Bonferroni): the best
-  of n splits has a t-test p-value about n times too small, and a steady 12-point series showed a
-  4% "change" at p = 0.0003 without it.
+  of n splits has a p-value about n times too small, and a steady 12-point series showed a 4%
+  "change" at p = 0.0003 without it;
+- the test of a split (in the windows and in the final re-test) is the Mann-Whitney U (Wilcoxon
+  rank-sum) test, normal approximation with tie and continuity corrections, as scipy computes it
+  (`test="mannwhitney"`), in windows of 60: a few wild points (Student-t noise, a busy CI hour) pull
+  the t-test's variance up and hide a step, and ranks do not see how wild they are; chosen among
+  Welch and rank-sum tests in windows of 30 and 60 by a rule declared before the held-out series
+  were scored (docs/history.md). `test="welch"` is Otava's t-test.
 
 Fast enough for `history changes` over a large history (docs/history.md has the figures): q-hat
 of every split comes from prefix sums of the distance matrix, the first split of all full windows
-of a series is computed at once (_screen), and Welch's test is scipy's arithmetic written out. Where
-rounding could decide a choice (two splits within rounding of a tie, a p-value within 0.1% of
-max_pvalue), those figures are summed again term by term as the definitions read, so the change
-points are the window-by-window, split-by-split loop's (the tests keep that loop and compare).
+of a series is computed at once (_screen; the rank test ranks all its windows at once), and both
+tests are scipy's arithmetic written out. Where rounding could decide a choice (two splits within
+rounding of a tie, a p-value within 0.1% of max_pvalue), those figures are summed again term by
+term as the definitions read, so the change points are the window-by-window, split-by-split loop's
+(the tests keep that loop and compare).
 
 Own code rather than MongoDB's signal-processing-algorithms (the library Hunter started from): a
 C extension pinned to old numpy for about 60 lines of numpy here, and its permutation test is
@@ -41,7 +49,10 @@ from typing import Any
 
 import numpy as np
 
-WINDOW = 30
+TESTS = ("welch", "mannwhitney")  # the two-sample test of a split: Welch's t-test, or the rank-sum test
+TEST_NAMES = {"welch": "Welch's t-test", "mannwhitney": "the Mann-Whitney rank-sum test"}
+TEST = "mannwhitney"
+WINDOW = 60
 MAX_PVALUE = 0.001
 MIN_MAGNITUDE = 0.0
 MIN_SIZE = 3  # points on each side of a split: a t-test needs a spread on both
@@ -151,6 +162,49 @@ def _welch(mean1: Any, var1: Any, n1: Any, mean2: Any, var2: Any, n2: Any) -> An
     return 2 * stdtr(df, -np.abs(t))
 
 
+def rank_test(left: np.ndarray, right: np.ndarray) -> float:
+    """The two-sided p-value of the Mann-Whitney U (Wilcoxon rank-sum) test between two segments:
+    the normal approximation with the tie and continuity corrections, scipy.stats.mannwhitneyu(left,
+    right, method="asymptotic")'s figures (1.0 when all points are equal)."""
+    return float(_mannwhitney(np.concatenate([left, right])[None, :], np.array([len(left)]))[0])
+
+
+def _ranks(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's ranks (1 to n; tied values share the mean of their ranks) and its tie term, the
+    sum of t**3 - t over its groups of t equal values (the sum over its points of t * t - 1)."""
+    count, n = rows.shape
+    order = np.argsort(rows, axis=1, kind="stable")
+    ordered = np.take_along_axis(rows, order, axis=1)
+    starts = np.ones((count, n), dtype=bool)
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    ends = np.ones((count, n), dtype=bool)
+    ends[:, :-1] = starts[:, 1:]
+    at = np.arange(n)
+    first = np.maximum.accumulate(np.where(starts, at, 0), axis=1)  # where each point's group begins
+    last = np.minimum.accumulate(np.where(ends, at, n - 1)[:, ::-1], axis=1)[:, ::-1]  # and ends
+    ranks = np.empty((count, n))
+    np.put_along_axis(ranks, order, (first + last) / 2.0 + 1.0, axis=1)
+    size = (last - first + 1).astype(float)
+    return ranks, (size * size - 1.0).sum(axis=1)
+
+
+def _mannwhitney(rows: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """rank_test of each row split at its `at` (arrays; scipy's asymptotic arithmetic written out).
+    Ranks and tie terms are exact (halves and integers), so a row gives the same figure however it
+    is batched."""
+    from scipy.special import ndtr
+
+    n = rows.shape[1]
+    ranks, ties = _ranks(rows)
+    m, k = at.astype(float), (n - at).astype(float)
+    u1 = np.where(np.arange(n)[None, :] < at[:, None], ranks, 0.0).sum(axis=1) - m * (m + 1) / 2
+    u = np.maximum(u1, m * k - u1)
+    with np.errstate(divide="ignore", invalid="ignore"):  # all points equal: z = -inf, p = 1
+        s = np.sqrt(m * k / 12 * ((n + 1) - ties / (n * (n - 1))))
+        z = (u - m * k / 2 - 0.5) / s
+    return np.clip(2 * ndtr(-z), 0.0, 1.0)
+
+
 def _sse(x: np.ndarray, t: int) -> float:
     return float(((x[:t] - x[:t].mean()) ** 2).sum() + ((x[t:] - x[t:].mean()) ** 2).sum())
 
@@ -175,28 +229,30 @@ def _refined(x: np.ndarray, tau: int, min_size: int, reach: int = REACH) -> int:
     return min(near[_near_best(sse, total, len(x), lowest=True)[0]].tolist(), key=lambda t: _sse(x, t))
 
 
-def _pvalue(left: np.ndarray, right: np.ndarray, min_size: int) -> float:
-    """The split's t-test p-value, corrected for its choice among the segment's possible splits."""
+def _pvalue(left: np.ndarray, right: np.ndarray, min_size: int, test: str) -> float:
+    """The split's p-value (`test`: "welch" or "mannwhitney"), corrected for its choice among the
+    segment's possible splits."""
     if min(len(left), len(right)) < 2:
         return 1.0  # too short to tell
     splits = max(len(left) + len(right) - 2 * min_size + 1, 1)
-    return min(1.0, t_test(left, right) * splits)
+    return min(1.0, (rank_test if test == "mannwhitney" else t_test)(left, right) * splits)
 
 
-def _split(x: np.ndarray, start: int, end: int, max_pvalue: float, min_size: int, found: set[int]) -> None:
+def _split(x: np.ndarray, start: int, end: int, max_pvalue: float, min_size: int, test: str,
+           found: set[int]) -> None:
     """Recursive binary segmentation of x[start:end] at the best q-hat while the split is significant."""
     tau, _ = qhat(x[start:end], min_size)
     if tau < 0:
         return
     at = start + _refined(x[start:end], tau, min_size)
-    if _pvalue(x[start:at], x[at:end], min_size) >= max_pvalue:
+    if _pvalue(x[start:at], x[at:end], min_size, test) >= max_pvalue:
         return
     found.add(at)
-    _split(x, start, at, max_pvalue, min_size, found)
-    _split(x, at, end, max_pvalue, min_size, found)
+    _split(x, start, at, max_pvalue, min_size, test, found)
+    _split(x, at, end, max_pvalue, min_size, test, found)
 
 
-def _screen(rows: np.ndarray, max_pvalue: float, min_size: int) -> tuple[np.ndarray, np.ndarray]:
+def _screen(rows: np.ndarray, max_pvalue: float, min_size: int, test: str) -> tuple[np.ndarray, np.ndarray]:
     """The first split of many windows of one length at once, as _split would make it: (each row's
     split, whether it is significant beyond doubt); a row whose split or p-value lies within
     rounding of a tie or of max_pvalue is neither significant nor clear and is left to _split."""
@@ -208,18 +264,21 @@ def _screen(rows: np.ndarray, max_pvalue: float, min_size: int) -> tuple[np.ndar
     sse = np.where(np.abs(tau[None, :] - best[:, None]) <= REACH, sse, np.inf)
     sure &= _near_best(sse, squares, n, lowest=True).sum(axis=1) == 1
     at = tau[np.argmin(sse, axis=1)]
-    p = _split_pvalues(rows, at, min_size)
+    p = _split_pvalues(rows, at, min_size, test)
     significant = sure & (p < max_pvalue / PVALUE_MARGIN)
     clear = sure & (p > max_pvalue * PVALUE_MARGIN)
     return at, np.where(significant, 1, np.where(clear, 0, -1))
 
 
-def _split_pvalues(rows: np.ndarray, at: np.ndarray, min_size: int) -> np.ndarray:
-    """_pvalue of each row split at its `at`, from masked sums; NaN where both sides barely spread
-    (t_test's no-spread case, decided one by one)."""
+def _split_pvalues(rows: np.ndarray, at: np.ndarray, min_size: int, test: str) -> np.ndarray:
+    """_pvalue of each row split at its `at`, from masked sums; NaN where a side has one point or
+    (Welch) both sides barely spread (t_test's no-spread case), decided one by one."""
     n = rows.shape[1]
     left = np.arange(n)[None, :] < at[:, None]
     m, k = at.astype(float), (n - at).astype(float)
+    if test == "mannwhitney":
+        p = np.minimum(1.0, _mannwhitney(rows, at) * max(n - 2 * min_size + 1, 1))
+        return np.where(np.minimum(m, k) < 2, np.nan, p)
     mean_l, mean_r = np.where(left, rows, 0.0).sum(axis=1) / m, np.where(left, 0.0, rows).sum(axis=1) / k
     squares = (rows - np.where(left, mean_l[:, None], mean_r[:, None])) ** 2
     with np.errstate(divide="ignore", invalid="ignore"):  # a side of one point: NaN, decided one by one
@@ -239,7 +298,7 @@ def _windows(n: int, window: int, min_size: int) -> list[tuple[int, int]]:
     return out
 
 
-def _segment(x: np.ndarray, window: int, max_pvalue: float, min_size: int) -> set[int]:
+def _segment(x: np.ndarray, window: int, max_pvalue: float, min_size: int, test: str) -> set[int]:
     """Every window split recursively (_split): the first split of all full-length windows screened
     together (_screen), the rest and the undecided one by one. The same splits as _split on each."""
     found: set[int] = set()
@@ -248,38 +307,42 @@ def _segment(x: np.ndarray, window: int, max_pvalue: float, min_size: int) -> se
     per_batch = max(1, BATCH_CELLS // (window + 1) ** 2)
     for i in range(0, len(screened), per_batch):
         starts = np.asarray(screened[i:i + per_batch])
-        at, verdict = _screen(x[starts[:, None] + np.arange(window)], max_pvalue, min_size)
+        at, verdict = _screen(x[starts[:, None] + np.arange(window)], max_pvalue, min_size, test)
         for start, split, v in zip(starts.tolist(), (starts + at).tolist(), verdict.tolist()):
             if v == 1:
                 found.add(split)
-                _split(x, start, split, max_pvalue, min_size, found)
-                _split(x, split, start + window, max_pvalue, min_size, found)
+                _split(x, start, split, max_pvalue, min_size, test, found)
+                _split(x, split, start + window, max_pvalue, min_size, test, found)
             elif v == -1:
-                _split(x, start, start + window, max_pvalue, min_size, found)
+                _split(x, start, start + window, max_pvalue, min_size, test, found)
     done = set(screened)
     for start, end in spans:
         if start not in done:
-            _split(x, start, end, max_pvalue, min_size, found)
+            _split(x, start, end, max_pvalue, min_size, test, found)
     return found
 
 
-def _tested(x: np.ndarray, points: list[int], min_size: int) -> list[ChangePoint]:
+def _tested(x: np.ndarray, points: list[int], min_size: int, test: str) -> list[ChangePoint]:
     """Each point against the segments between it and its neighbours."""
     edges = [0, *points, len(x)]
     out = []
     for i, at in enumerate(points, 1):
         left, right = x[edges[i - 1]:at], x[at:edges[i + 1]]
-        out.append(ChangePoint(at, float(left.mean()), float(right.mean()), _pvalue(left, right, min_size)))
+        out.append(ChangePoint(at, float(left.mean()), float(right.mean()), _pvalue(left, right, min_size, test)))
     return out
 
 
 def change_points(values: Sequence[float], *, window: int = WINDOW, max_pvalue: float = MAX_PVALUE,
-                  min_magnitude: float = MIN_MAGNITUDE, min_size: int = MIN_SIZE) -> list[ChangePoint]:
-    """The change points of a series, oldest first."""
+                  min_magnitude: float = MIN_MAGNITUDE, min_size: int = MIN_SIZE,
+                  test: str = TEST) -> list[ChangePoint]:
+    """The change points of a series, oldest first; `test` is the two-sample test of a split, in the
+    windows and in the final re-test ("welch" or "mannwhitney", TESTS)."""
+    if test not in TESTS:
+        raise ValueError(f"test {test!r}: one of {', '.join(TESTS)}")
     x = np.asarray(values, dtype=float)
-    points = sorted(_segment(x, window, max_pvalue, min_size))
+    points = sorted(_segment(x, window, max_pvalue, min_size, test))
     while points:
-        tested = _tested(x, points, min_size)
+        tested = _tested(x, points, min_size, test)
         weak = [c for c in tested if c.pvalue >= max_pvalue or abs(c.magnitude) < min_magnitude]
         if not weak:
             return tested

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.core import jsonio
 from harness.core.progress import bar as progress_bar
+from harness.history import changes as chg
 from harness.history import plot
 from harness.history.series import Detection, Series, short_commit, slug
 from harness.history.store import Point
@@ -105,8 +106,8 @@ def _header(series: Sequence[Series], scope: Scope, generated: str) -> str:
              ("platforms", ", ".join(f"<code>{_e(x)}</code>" for x in sorted({p.platform_id for p in points}))),
              ("dates", f"{_e(dates[0])} to {_e(dates[-1])}" if dates else "-"),
              ("filters", _e(" ".join(f"{k} {v}" for k, v in scope.filters) or "none")),
-             ("change points", _e(f"E-Divisive means with a t-test: window {d.window}, p-value below "
-                                  f"{d.max_pvalue:g}, relative change at least {d.min_magnitude:g}")),
+             ("change points", _e(f"E-Divisive means with {chg.TEST_NAMES[d.test]}: window {d.window}, p-value "
+                                  f"below {d.max_pvalue:g}, relative change at least {d.min_magnitude:g}")),
              ("generated", _e(generated))]
     rows = "\n".join(f"<dt>{_e(k)}</dt><dd>{v}</dd>" for k, v in items)
     return f'<h1>Run history</h1>\n<dl class="meta">\n{rows}\n</dl>'

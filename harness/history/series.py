@@ -77,17 +77,19 @@ class Series:
 
 @dataclass(frozen=True)
 class Detection:
-    """The change-point settings (`history changes --window --max-pvalue --min-magnitude`)."""
+    """The change-point settings (`history changes --window --max-pvalue --min-magnitude --test`)."""
     window: int = chg.WINDOW
     max_pvalue: float = chg.MAX_PVALUE
     min_magnitude: float = chg.MIN_MAGNITUDE
+    test: str = chg.TEST
 
 
 def analysed(key: SeriesKey, points: list[Point], detection: Detection = Detection()) -> Series:
     """One series with its steps, oldest first."""
     combination, metric, platform_id = key
     found = chg.change_points([p.measurement.median for p in points], window=detection.window,
-                              max_pvalue=detection.max_pvalue, min_magnitude=detection.min_magnitude)
+                              max_pvalue=detection.max_pvalue, min_magnitude=detection.min_magnitude,
+                              test=detection.test)
     steps = tuple(Step(c, points[c.index - 1], points[c.index], chg.is_regression(metric, c)) for c in found)
     return Series(combination, metric, platform_id, tuple(points), steps)
 

@@ -1,11 +1,14 @@
-"""Change points in the run history (harness/history/changes.py): E-Divisive means with a t-test finds
-a planted step where it is, with its size and direction, finds none in a steady noisy series, and
-`history changes --since REV` fails CI only for a regression after REV."""
+"""Change points in the run history (harness/history/changes.py): E-Divisive means with a rank-sum
+test (Welch's t-test as Otava has it, on request) finds a planted step where it is, with its size and
+direction, finds none in a steady noisy series, finds a step in heavy-tailed noise that the t-test
+misses, and `history changes --since REV` fails CI only for a regression after REV."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,11 +33,75 @@ def test_a_planted_step_is_found_where_it_is_with_its_size_and_direction(seed):
     assert changes.is_regression("plain_tokens_per_sec", c) and not changes.is_regression("time_per_token_ms", c)
 
 
-def test_two_steps_in_a_long_series_are_both_found_across_windows():
+@pytest.mark.parametrize("test", changes.TESTS)
+def test_two_steps_in_a_long_series_are_both_found_across_windows(test):
     series = noisy(10.0, 40, 3) + noisy(11.0, 40, 4) + noisy(9.5, 40, 5)
-    found = changes.change_points(series, window=30)
+    found = changes.change_points(series, window=30, test=test)
     assert [c.index for c in found] == [40, 80]
     assert [round(c.magnitude, 2) for c in found] == pytest.approx([0.10, -0.14], abs=0.015)
+
+
+def t3_step(seed: int) -> np.ndarray:
+    """30 points at 10, then 30 at 9.5 (a 5% step), noise 2% x Student-t(3) (sd 3.46%)."""
+    rng = np.random.default_rng([29, seed])
+    return 10.0 * np.r_[np.ones(30), np.full(30, 0.95)] * (1 + 0.02 * rng.standard_t(3, 60))
+
+
+def found_at_step(series: np.ndarray, **settings) -> bool:
+    return any(abs(c.index - 30) <= 2 for c in changes.change_points(series, **settings))
+
+
+@pytest.mark.parametrize("seed", [7, 11, 44, 53])
+def test_a_step_in_heavy_tailed_noise_that_welchs_t_test_misses_is_found_by_the_rank_test(seed):
+    """A few wild points pull the t-test's variance up (Student-t noise, busy CI hours); ranks do
+    not see how wild they are. These seeds' steps Welch misses in a window of 30 (the old defaults)
+    and of 60; the defaults (rank-sum test, window 60) find them where they are."""
+    series = t3_step(seed)
+    assert (changes.TEST, changes.WINDOW) == ("mannwhitney", 60)
+    assert not found_at_step(series, test="welch", window=30) and not found_at_step(series, test="welch", window=60)
+    [c] = changes.change_points(series)
+    assert abs(c.index - 30) <= 1 and c.magnitude < 0 and c.pvalue < changes.MAX_PVALUE
+
+
+def test_the_rank_test_finds_most_heavy_tailed_steps_and_welch_fewer():
+    """Of 60 such steps the defaults find 53 where they are, Welch's t-test 48 in the same window and
+    26 in the old one (30 points)."""
+    hits = {test: sum(found_at_step(t3_step(seed), test=test) for seed in range(60)) for test in changes.TESTS}
+    welch_old = sum(found_at_step(t3_step(seed), test="welch", window=30) for seed in range(60))
+    assert hits["mannwhitney"] >= 50 and hits["welch"] < hits["mannwhitney"] and welch_old <= 32, (hits, welch_old)
+
+
+def busy_flat(seed: int, n: int = 200) -> np.ndarray:
+    """A flat series in heavy-tailed noise (2% x Student-t(3)) with busy hours: 5% of the points
+    10-30% slow, scattered."""
+    rng = np.random.default_rng([31, seed])
+    x = 10.0 * (1 + 0.02 * rng.standard_t(3, n))
+    busy = rng.random(n) < 0.05
+    x[busy] *= 1 - rng.uniform(0.1, 0.3, int(busy.sum()))
+    return x
+
+
+@pytest.mark.parametrize("seed", [*range(12), 106])
+def test_a_flat_heavy_tailed_series_has_no_change_point(seed):
+    """Seed 106: Welch's t-test (window 30) puts a false change point in it; the rank test does not."""
+    assert changes.change_points(busy_flat(seed)) == []
+    if seed == 106:
+        assert len(changes.change_points(busy_flat(seed), test="welch", window=30)) == 1
+
+
+def test_an_unknown_test_is_refused():
+    with pytest.raises(ValueError, match="test 'ttest': one of welch, mannwhitney"):
+        changes.change_points([1.0] * 10, test="ttest")
+
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "changepoint_power.py"
+
+
+@pytest.mark.parametrize("option", [["--test", "welch"], ["--window", "30"], ["--max-pvalue", "0.01"]])
+def test_the_benchmark_refuses_other_settings_on_the_scored_seeds(option):
+    r = subprocess.run([sys.executable, str(BENCHMARK), *option, "--series", "1", "--timing-runs", "0",
+                        "--out", "/dev/null"], capture_output=True, text=True, cwd=BENCHMARK.parents[1])
+    assert r.returncode != 0 and "explored on held-out seeds only: --seed-offset 100000" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -144,16 +211,41 @@ def test_the_written_out_welch_t_test_equals_scipys():
             assert changes.t_test(left, right) == pytest.approx(reference_t_test(left, right), rel=1e-12, abs=1e-300)
 
 
+def reference_rank_test(left: np.ndarray, right: np.ndarray) -> float:
+    from scipy.stats import mannwhitneyu
+
+    return float(mannwhitneyu(left, right, use_continuity=True, alternative="two-sided", method="asymptotic").pvalue)
+
+
+def test_the_written_out_rank_test_equals_scipys_mann_whitney_u():
+    """Ties (rounded values, constant stretches) included: the tie correction is scipy's."""
+    rng = np.random.default_rng(7)
+    checked = 0
+    for x, _ in random_inputs(300):
+        for at in {len(x) // 2, int(rng.integers(1, max(len(x), 2)))}:
+            left, right = x[:at], x[at:]
+            if min(len(left), len(right)) >= 1:
+                assert changes.rank_test(left, right) == pytest.approx(reference_rank_test(left, right), rel=1e-12,
+                                                                       abs=1e-300), (list(left), list(right))
+                checked += 1
+    assert checked > 400
+    assert changes.rank_test(np.full(5, 2.0), np.full(4, 2.0)) == 1.0  # nothing to rank apart
+    assert changes.rank_test(np.array([1.0, 1, 2, 2, 2]), np.array([2.0, 3, 3, 3])) == \
+        pytest.approx(reference_rank_test(np.array([1.0, 1, 2, 2, 2]), np.array([2.0, 3, 3, 3])), rel=1e-12)
+
+
 def reference_change_points(values, window=changes.WINDOW, max_pvalue=changes.MAX_PVALUE,
-                            min_magnitude=changes.MIN_MAGNITUDE, min_size=changes.MIN_SIZE):
+                            min_magnitude=changes.MIN_MAGNITUDE, min_size=changes.MIN_SIZE, test=changes.TEST):
     """The detector as its docstring reads, window by window and split by split (what changes.py
-    computed before its windows were screened together and its sums taken from prefix sums)."""
+    computed before its windows were screened together and its sums taken from prefix sums), with
+    scipy's test of each split (ttest_ind_from_stats or mannwhitneyu, asymptotic)."""
     x = np.asarray(values, dtype=float)
+    two_sample = {"welch": reference_t_test, "mannwhitney": reference_rank_test}[test]
 
     def pvalue(left, right):
         if min(len(left), len(right)) < 2:
             return 1.0
-        return min(1.0, reference_t_test(left, right) * max(len(left) + len(right) - 2 * min_size + 1, 1))
+        return min(1.0, two_sample(left, right) * max(len(left) + len(right) - 2 * min_size + 1, 1))
 
     def sse(y, t):
         return float(((y[:t] - y[:t].mean()) ** 2).sum() + ((y[t:] - y[t:].mean()) ** 2).sum())
@@ -205,16 +297,20 @@ def stepped_series(count: int):
         yield x
 
 
-@pytest.mark.parametrize("window,min_size", [(30, 3), (12, 3), (45, 2), (6, 3), (20, 1), (200, 3)])
-def test_the_detector_finds_what_the_window_by_window_definition_finds(window, min_size, monkeypatch):
-    """The screened windows, prefix sums and written-out t-test change no change point, p-value aside
-    in its last digits; a small batch size makes the windows come in several batches."""
+@pytest.mark.parametrize("test", changes.TESTS)
+@pytest.mark.parametrize("window,min_size", [(60, 3), (30, 3), (12, 3), (45, 2), (6, 3), (20, 1), (200, 3)])
+def test_the_detector_finds_what_the_window_by_window_definition_finds(window, min_size, test, monkeypatch):
+    """The screened windows, prefix sums and written-out tests change no change point, p-value aside
+    in its last digits; a small batch size makes the windows come in several batches. (The rank test
+    can pass no split of a window under 30 points at p 0.001 with the Bonferroni factor: 0.1 there.)"""
     monkeypatch.setattr(changes, "BATCH_CELLS", 3000)
     series = list(stepped_series(60)) + [x for x, _ in random_inputs(40)]
+    settings = {"window": window, "min_size": min_size, "test": test,
+                "max_pvalue": 0.1 if test == "mannwhitney" and window < 30 else changes.MAX_PVALUE}
     checked = 0
     for x in series:
-        fast = changes.change_points(x, window=window, min_size=min_size)
-        slow = reference_change_points(x, window=window, min_size=min_size)
+        fast = changes.change_points(x, **settings)
+        slow = reference_change_points(x, **settings)
         assert [(c.index, c.mean_before, c.mean_after) for c in fast] == \
                [(c.index, c.mean_before, c.mean_after) for c in slow], list(x)
         assert [c.pvalue for c in fast] == pytest.approx([c.pvalue for c in slow], rel=1e-9, abs=1e-300)
