@@ -97,7 +97,7 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
     base, candidate = trees
 
     def load_request(arm: str) -> dict:
-        return {"op": "load", "matrix": str(matrix.path), "combination": dataclasses.asdict(combo),
+        return {"op": "load", "matrix": str(matrix.path), "combination": combo.as_request(),
                 "settings": dataclasses.asdict(settings),
                 "plant": {"fraction": level, "into": into} if arm == "candidate" and level else None}
 
