@@ -50,6 +50,7 @@ import numpy as np
 
 from harness.core import jsonio, progress
 from harness.history import changes, store
+from harness.machine import capability
 from harness.history.store import Measurement, Run
 from harness.machine.provenance import Provenance
 
@@ -132,20 +133,13 @@ def resampled(units: list[np.ndarray], how: str, seed: int, step: bool) -> np.nd
 
 # -- scoring --------------------------------------------------------------------------------------
 
-def bar(desc: str, total: int, unit: str):
-    """A bar on a terminal, else a log line per tenth (harness/core/progress.py)."""
-    if progress.on_terminal():
-        return progress.bar(desc=desc, total=total, unit=unit)
-    return progress.Steps(desc=desc, total=total, unit=unit, every=0.1)
-
-
 def score(case: str, noise_model: str, make, seeds: range, step_at: int | None, settings: dict) -> dict:
     """Change points of each seeded series: found (any), found within REACH of the step, and the
     change points elsewhere (false ones) per 100 series; the points' spread (sd / mean before the
     step, the median over series)."""
     found = near = false = 0
     spread = []
-    steps = bar(f"{case} {noise_model}", len(seeds), "series")
+    steps = progress.bar(desc=f"{case} {noise_model}", total=len(seeds), unit="series", every=0.1)
     for seed in seeds:
         x = make(seed)
         before = x[:step_at or len(x)]
@@ -191,12 +185,6 @@ PLATFORMS, RUNS, CONFIGS = 5, 1000, 4
 BENCH_METRICS = ("tokens_per_sec", "speedup", "acceptance_rate", "mean_accepted_length", "speedup_vs_reference")
 
 
-def _open(path: Path):
-    """The store at a path, whichever entry point this tree's store has (open_store or Store)."""
-    opener = getattr(store, "open_store", None)
-    return opener(path) if opener else store.Store(path)
-
-
 def origin(platform: int, i: int, commit: str | None = None) -> Provenance:
     hours = i + platform * 7 / 60
     date = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(1.8e9 + 3600 * hours))
@@ -220,8 +208,8 @@ def build_history(path: Path, seed: int = 7) -> dict:
     names = [(f"bench:pair-{c}:bf16+w8af32:code:assisted k={4 + c}", m) for c in range(CONFIGS) for m in BENCH_METRICS]
     values = {(p, name): series_values(rng) for p in range(PLATFORMS) for name in names}
     start = time.perf_counter()
-    steps = bar("build history", PLATFORMS * RUNS, "run")
-    with _open(path) as s:
+    steps = progress.bar(desc="build history", total=PLATFORMS * RUNS, unit="run", every=0.1)
+    with store.open_store(path) as s:
         for i in range(RUNS):
             for p in range(PLATFORMS):
                 ms = tuple(Measurement(c, m, float(values[p, (c, m)][i]), None, None, 8, None) for c, m in names)
@@ -246,7 +234,7 @@ def time_cli(path: Path) -> dict:
 def time_in_process(path: Path) -> dict:
     """Reading every point (the store's series()) and detecting in every series, timed apart."""
     start = time.perf_counter()
-    with _open(path) as s:
+    with store.open_store(path) as s:
         points = s.series()
     read = time.perf_counter() - start
     start = time.perf_counter()
@@ -273,7 +261,7 @@ def time_appends(path: Path, count: int, offset: int) -> dict:
     copy = path.with_name("appends.sqlite")
     shutil.copyfile(path, copy)
     held = []
-    with _open(copy) as s:
+    with store.open_store(copy) as s:
         for i in range(count):
             start = time.perf_counter()
             s.append(gate_run(offset + i))
@@ -359,13 +347,6 @@ def report(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def machine() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.from_json:
@@ -379,7 +360,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"settings other than the detector's defaults are explored on held-out seeds only: "
                          f"--seed-offset {HELD_OUT} or above")
     doc = {"command": " ".join(["python", "benchmarks/changepoint_power.py", *(argv if argv is not None else sys.argv[1:])]),
-           "machine": machine(), "cpus": os.cpu_count(), "seeds": f"{seeds.start}..{seeds.stop - 1}",
+           "machine": capability.cpuinfo()[0] or "unknown", "cpus": os.cpu_count(), "seeds": f"{seeds.start}..{seeds.stop - 1}",
            "settings": {**settings, "min_magnitude": changes.MIN_MAGNITUDE, "min_size": changes.MIN_SIZE},
            "detection": detection_cases(seeds, settings)}
     if args.timing_runs:

@@ -94,13 +94,23 @@ def _check_filters(s: store.Store, args: argparse.Namespace) -> None:
                                     f"It holds {len(known)}: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''}")
 
 
-def _series(args: argparse.Namespace) -> tuple[str, dict[tuple[str, str, str], list[store.Point]]]:
-    """(the history's name as messages show it, its points per (combination, metric, platform), oldest first)."""
+def read_series(s: store.Store, args: argparse.Namespace, *, needed: str = "") -> dict[hseries.SeriesKey,
+                                                                                        list[store.Point]]:
+    """The open history's points per (combination, metric, platform), oldest first, as the filters
+    select them. `needed`: what the command does with them; none is then an error."""
+    _check_filters(s, args)
+    series = hseries.group(s.series(combination=args.combination, metric=args.metric, platform_id=args.platform))
+    if needed and not series:
+        given = " ".join(f"{k} {v}" for k, v in _filters(args))
+        raise BadInputError(f"--history {s.name}: " + (f"no measurements match {given}" if given else
+                                                       f"no measurements in it yet; nothing to {needed}"))
+    return series
+
+
+def _series(args: argparse.Namespace, *, needed: str = "") -> tuple[str, dict[hseries.SeriesKey, list[store.Point]]]:
+    """(the history's name as messages show it, its series: read_series)."""
     with store.open_store(_where(args)) as s:
-        _check_filters(s, args)
-        points = s.series(combination=args.combination, metric=args.metric, platform_id=args.platform)
-        name = s.name
-    return name, hseries.group(points)
+        return s.name, read_series(s, args, needed=needed)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -138,7 +148,7 @@ def run_changes(args: argparse.Namespace) -> int:
         for step in s.steps:
             c, before, first, worse = step.change, step.before, step.after, step.regression
             in_range = after is not None and first.commit is not None and first.commit in after
-            print(f"  {'REGRESSION ' if worse else 'improvement'} {c.mean_before:.4g} -> {c.mean_after:.4g} "
+            print(f"  {step.direction:<11} {c.mean_before:.4g} -> {c.mean_after:.4g} "
                   f"({c.magnitude:+.1%}, p {c.pvalue:.2g}) between {hseries.short_commit(before)} ({before.date}) and "
                   f"{hseries.short_commit(first)} ({first.date})" + ("  [after --since]" if in_range else ""))
             found += 1
@@ -161,11 +171,7 @@ def _filters(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
 
 def _analysed(args: argparse.Namespace) -> tuple[str, list[hseries.Series]]:
     """The series with their change points; none is an error, as there is nothing to draw."""
-    name, series = _series(args)
-    if not series:
-        given = " ".join(f"{k} {v}" for k, v in _filters(args))
-        raise BadInputError(f"--history {name}: " + (f"no measurements match {given}" if given else
-                                                      "no measurements in it yet; nothing to draw"))
+    name, series = _series(args, needed="draw")
     return name, hseries.analyse(series, _detection(args))
 
 

@@ -37,21 +37,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from harness.cli.history import _series, _where
+    from harness.cli.history import _where, read_series
 
     out = args.out or Path(f"results/history-{args.format}")
-    name, series = _series(args)
-    if not series:
-        raise BadInputError(f"{name}: no measurements to export")
+    with store.open_store(_where(args)) as s:
+        series = read_series(s, args, needed="export")
+        runs = s.stored_runs() if args.format == "bencher" else []
     if args.format == "otava":
         written = export.otava(series, out)
         print(f"{written.folder}: {written.files} Otava test(s) ({written.rows} points) and otava.yaml; "
               f"`cd {written.folder} && otava analyze --config-file otava.yaml <test>`")
         return 0
-    keep = set(series)
-    with store.open_store(_where(args)) as s:
-        runs = s.stored_runs()
-    written = export.bencher(runs, out, keep)
+    written = export.bencher(runs, out, set(series))
     print(f"{written.folder}: {written.files} Bencher Metric Format file(s), one per run ({written.rows} "
           "measurements), and index.json; post each with `bencher run --adapter json --file FILE --hash COMMIT "
           "--testbed TESTBED` (docs/history.md)")

@@ -65,15 +65,17 @@ class Steps:
 
 
 def bar(*, desc: str, total: int | None = None, unit: str = "it", initial: int = 0, enabled: bool = True,
-        stream: TextIO | None = None) -> Any:
-    """A tqdm bar on `stream` (stderr) when it is a terminal, else Steps; nothing when not enabled."""
+        stream: TextIO | None = None, every: float | None = None) -> Any:
+    """A tqdm bar on `stream` (stderr) when it is a terminal, else Steps; nothing when not enabled.
+    `every`: off a terminal, one log line per this share of the total (default: a tenth for bytes,
+    else each step)."""
     stream = sys.stderr if stream is None else stream
     if enabled and on_terminal(stream):
         from tqdm.auto import tqdm
 
         return tqdm(total=total, desc=desc, unit=unit, initial=initial, unit_scale=unit == "B", file=stream)
-    return Steps(desc=desc, total=total, unit=unit, initial=initial, every=0.1 if unit == "B" else 0.0,
-                 enabled=enabled)
+    every = (0.1 if unit == "B" else 0.0) if every is None else every
+    return Steps(desc=desc, total=total, unit=unit, initial=initial, every=every, enabled=enabled)
 
 
 def library_bars_off_unless_terminal(stream: TextIO | None = None) -> None:

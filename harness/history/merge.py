@@ -29,7 +29,7 @@ def merge(into: Store, sources: Sequence[str | Path], *, show_progress: bool = T
     out = []
     for where in sources:
         with open_store(where) as source:
-            if source.name == into.name:
+            if source.identity == into.identity:
                 raise BadInputError(f"{source.name}: a history cannot be merged into itself; name another --history")
             runs = source.stored_runs()
             bar = progress.bar(desc=f"merge {source.name}", total=len(runs), unit="run", enabled=show_progress)

@@ -31,7 +31,7 @@ class SQLiteStore(Store):
             db.execute("PRAGMA foreign_keys = ON")
         except sqlite3.Error as exc:
             raise HistoryError(f"{path}: cannot open the history ({exc})") from None
-        super().__init__(str(path), db, timeout_s)
+        super().__init__(str(path), db, timeout_s, identity=str(path.resolve()))
         with self._guard():
             if db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
                 log.warning("%s: no write-ahead log on this file system; readers wait for writers", path)

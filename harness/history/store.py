@@ -161,8 +161,9 @@ class Store:
     PARAM = "?"
     MIGRATIONS: tuple[tuple[str, ...], ...] = ()  # MIGRATIONS[n]: the statements from version n to n + 1
 
-    def __init__(self, name: str, db: Any, timeout_s: float):
+    def __init__(self, name: str, db: Any, timeout_s: float, *, identity: str | None = None):
         self.name, self.db, self.timeout_s = name, db, timeout_s
+        self.identity = identity or name  # the same for one history however its path is written (merge)
         try:
             with self._guard():
                 self._migrate()
@@ -281,9 +282,3 @@ class Store:
                                 host_probe=None if probe is None else json.loads(probe), software=json.loads(software))
             out.append(StoredRun(key, Run(kind, origin, tuple(measurements.get(run_id, ())), label)))
         return out
-
-
-def append(where: str | Path, run: Run) -> tuple[int, bool]:
-    """Open, append one run, close."""
-    with open_store(where) as store:
-        return store.append(run)

@@ -101,6 +101,8 @@ def test_merge_refuses_a_missing_source_and_itself(tmp_path, capsys):
     assert "nope.sqlite: no history there" in capsys.readouterr().err
     assert main(["history", "merge", str(a), "--history", str(a)]) == 2
     assert "cannot be merged into itself" in capsys.readouterr().err
+    assert main(["history", "merge", str(a.parent / "." / a.name), "--history", str(a)]) == 2  # the same file
+    assert "cannot be merged into itself" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("option, wrong, right", [("--metric", "plain_tokens_per_se", "plain_tokens_per_sec"),

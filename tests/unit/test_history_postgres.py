@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ import pgserver
 from harness.history import store
 from harness.history.merge import merge
 from harness.history.store import HistoryError
-from test_history_store import a_run
+from test_history_store import a_run, append_from_two_processes
 
 
 @pytest.fixture(scope="module")
@@ -46,23 +44,7 @@ def test_runs_are_kept_whole_once_and_read_back_as_in_sqlite(url, tmp_path):
 
 def test_two_writer_processes_at_once_lose_nothing(url):
     store.open_store(url).close()
-    start = time.time() + 8  # both start appending together, so their transactions overlap
-    writer = textwrap.dedent(f"""
-        import sys, time
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from harness.history import store
-        from test_history_store import a_run
-        with store.open_store({url!r}) as s:
-            time.sleep(max(0.0, {start} - time.time()))
-            for i in range(40):
-                s.append(a_run(commit=(sys.argv[1] + f"{{i:02d}}").ljust(40, "0"), tps=1 + i))
-                s.append(a_run(commit=f"shared{{i:02d}}".ljust(40, "0")))  # the same run from both: kept once
-    """)
-    procs = [subprocess.Popen([sys.executable, "-c", writer, tag], stderr=subprocess.PIPE, text=True)
-             for tag in ("a", "b")]
-    for p in procs:
-        _, err = p.communicate(timeout=180)
-        assert p.returncode == 0, err
+    append_from_two_processes(url, shared=True, timeout=180)
     with store.open_store(url) as s:
         assert s.runs() == 120 and len(s.series()) == 240
 

@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -46,24 +47,33 @@ def test_a_run_is_kept_whole_once_and_read_back_in_date_order(tmp_path):
         assert s.runs() == 2 and len(s.series()) == 4 and s.series(platform_id="elsewhere") == []
 
 
-def test_two_writers_at_once_lose_nothing(tmp_path):
-    path = tmp_path / "history.sqlite"
-    store.open_store(path).close()
+def append_from_two_processes(where, *, shared: bool = False, timeout: float = 120) -> None:
+    """Two writer processes that start appending at one instant (so their transactions overlap), 40
+    runs each of their own and, with `shared`, 40 runs that both append; each must exit 0."""
+    start = time.time() + 8
     writer = textwrap.dedent(f"""
-        import sys
-        from pathlib import Path
+        import sys, time
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from harness.history import store
         from test_history_store import a_run
-        with store.open_store(Path({str(path)!r})) as s:
+        with store.open_store({str(where)!r}) as s:
+            time.sleep(max(0.0, {start} - time.time()))
             for i in range(40):
                 s.append(a_run(commit=(sys.argv[1] + f"{{i:02d}}").ljust(40, "0"), tps=1 + i))
+                if {shared}:
+                    s.append(a_run(commit=f"shared{{i:02d}}".ljust(40, "0")))  # the same run from both: kept once
     """)
     procs = [subprocess.Popen([sys.executable, "-c", writer, tag], stderr=subprocess.PIPE, text=True)
              for tag in ("a", "b")]
     for p in procs:
-        _, err = p.communicate(timeout=120)
+        _, err = p.communicate(timeout=timeout)
         assert p.returncode == 0, err
+
+
+def test_two_writers_at_once_lose_nothing(tmp_path):
+    path = tmp_path / "history.sqlite"
+    store.open_store(path).close()
+    append_from_two_processes(path)
     with store.open_store(path) as s:
         assert s.runs() == 80 and len(s.series()) == 160
 
