@@ -33,6 +33,7 @@ from harness.workload import registry
 from pytest_benchmark.utils import parse_compare_fail
 
 from harness.perf import replay
+from harness.perf.plant import PLANT_INTO
 from harness.perf.ab import duet, revision
 from harness.perf.stored import stats
 from harness.perf.outcome import Outcome
@@ -51,7 +52,9 @@ def parse_args(argv):
     p.add_argument("--against", default="HEAD", help="base revision (default HEAD: the same code, A/A at level 0)")
     p.add_argument("--levels", default="0,0.10",
                    help="slowdowns planted in the candidate's target forward; draft:F plants F into the draft's "
-                        "forward only (plain decoding untouched), e.g. 0,0.10,draft:0.20")
+                        "forward only (plain decoding untouched), verify:F into the target's verification passes, "
+                        "glue:F as host work before each verification (harness/perf/plant.py), "
+                        "e.g. 0,0.10,draft:0.20")
     p.add_argument("--gates", type=int, default=5, help="real gates per level (0: only the tables from the kept rows)")
     p.add_argument("--tolerance", type=float, default=ABSettings().tolerance)
     p.add_argument("--trials", type=int, default=5000, help="simulated gates per level")
@@ -75,14 +78,16 @@ def combination(matrix: registry.Matrix, pair_name: str, settings: PerfSettings)
 
 
 def parse_level(text: str) -> tuple[str, float]:
-    """'0.10' -> ('target', 0.10); 'draft:0.20' -> ('draft', 0.20)."""
+    """'0.10' -> ('target', 0.10); 'draft:0.20' -> ('draft', 0.20); likewise verify:F and glue:F
+    (--perf-plant-into's places: harness/perf/plant.py PLANT_INTO)."""
     into, _, fraction = text.rpartition(":")
     try:
-        if into in ("", "target", "draft"):
+        if into in ("", *PLANT_INTO):
             return into or "target", float(fraction)
     except ValueError:
         pass
-    raise SystemExit(f"--levels: {text!r}: give F or draft:F (a fraction), e.g. 0,0.10,draft:0.20")
+    raise SystemExit(f"--levels: {text!r}: give F or PLACE:F (a fraction; PLACE one of {', '.join(PLANT_INTO)}), "
+                     "e.g. 0,0.10,draft:0.20")
 
 
 def level_of(row: dict) -> tuple[str, float]:

@@ -35,7 +35,8 @@ from harness.perf.stored import stats
 from harness.perf.outcome import Outcome
 from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.record import METRICS
-from harness.perf.runner import PlantedSlowdown, Runner, load_pair
+from harness.perf.plant import PlantedSlowdown
+from harness.perf.runner import Runner, load_pair
 
 
 def measure_pools(matrix, combo, settings, levels, pool, progress=True):

@@ -9,10 +9,13 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.workload import registry, selection
 from harness.core.errors import HarnessError, UnknownNameError
+
+if TYPE_CHECKING:
+    from harness.measure.record import GenerationResult
 
 TOKENS = tuple(range(1, 9))
 
@@ -154,9 +157,41 @@ def _predict(sel: "selection.Selection") -> dict[str, Any]:
     if pred < 1.0:
         _say(f"WARNING: assisted decoding is predicted SLOWER than plain here ({pred:.2f}x): verifying "
              f"{k + 1} tokens costs {costs.r:.1f} one-token steps; see the per-class choices in harness/matrix.toml")
+    plain = measure_generation(target.model, ids, sel.decode, tokenizer=target.tokenizer)
     return {"costs": costs.as_dict(), "verify_ms": {str(m): round(v, 3) for m, v in sorted(verify.items())},
             "prompt": first.id, "mean_accepted_length": e, "alpha": alpha, "predicted_speedup": pred,
-            "predicted_by_k": {str(kk): round(v, 3) for kk, v in by_k.items()}, "against_reference": against}
+            "predicted_by_k": {str(kk): round(v, 3) for kk, v in by_k.items()}, "against_reference": against,
+            "run_split": _run_split(plain, result, k)}
+
+
+def _run_split(plain: "GenerationResult", assisted: "GenerationResult", k: int) -> dict[str, Any] | None:
+    """The same split bench prints, from the 48-token runs themselves: each phase's passes, the
+    host overhead, and the speedup the run's own step costs predict beside the measured one."""
+    from harness.machine.predict import StepCosts
+    from harness.measure import phases
+
+    if not (plain.phases and assisted.phases and plain.time_per_token_ms and assisted.time_per_token_ms):
+        return None
+    out: dict[str, Any] = {}
+    for name, r in (("plain", plain), ("assisted", assisted)):
+        account = phases.accounting(r.phases, r.decode_tokens, r.decode_s * 1000.0)
+        _say(f"{name} run, phases from the run itself:")
+        for line in phases.lines(r.phases, account, phases.acceptance_by_position(
+                [r.drafted_per_step], [r.accepted_per_step]) if r.drafted_per_step else None):
+            _say(f"  {line}")
+        out[name] = {"phases": {p: c.as_dict() for p, c in r.phases.items()},
+                     "accounting": account.as_dict() if account else None}
+    step = plain.phases.get(phases.TARGET_STEP)
+    verify, draft = assisted.phases.get(phases.VERIFY), assisted.phases.get(phases.DRAFT_STEP)
+    measured = plain.time_per_token_ms / assisted.time_per_token_ms
+    out["measured_speedup"] = measured
+    if step and verify and assisted.mean_accepted_length:
+        costs = StepCosts(target_ms=step.median_ms, verify_ms=verify.median_ms,
+                          draft_ms=draft.median_ms if draft else None, k=k)
+        out["predicted_speedup"] = predicted = costs.predict(assisted.mean_accepted_length)
+        _say(f"measured speedup {measured:.2f}x; the run's own step costs predict {predicted:.2f}x "
+             f"(c = {costs.c:.2f}, r = {costs.r:.2f}; host overhead excluded)")
+    return out
 
 
 if __name__ == "__main__":  # pragma: no cover

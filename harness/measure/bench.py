@@ -14,8 +14,7 @@ from typing import Any
 import torch
 
 from harness.core import descriptive
-from harness.machine import predict
-from harness.measure import interleave
+from harness.measure import interleave, phases
 from harness.workload import models, prompts
 from harness.workload.decode import DecodeSettings
 from harness.core.errors import HarnessError
@@ -76,7 +75,7 @@ class BenchResult:
     draft: dict[str, Any] | None
     rows: list[Row]
     summary: list[Summary]
-    costs: dict[int, StepCosts] = dataclasses.field(default_factory=dict)  # K -> measured step costs
+    costs: dict[int, StepCosts] = dataclasses.field(default_factory=dict)  # K -> step costs from the run
     reference: dict[str, Any] | None = None  # the target loaded at the reference precision
 
     def predicted(self, s: Summary) -> float | None:
@@ -125,12 +124,6 @@ def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
                                   tokenizer=target.tokenizer)
 
     interleave.warm_up(configs, lambda config, settings: run(config, encoded[0], settings), sel.decode)
-    costs = {}
-    if draft is not None and sel.device == "cpu":  # a few seconds: what predicts the speedup (python -m harness doctor)
-        costs = predict.measure(target.model, draft.model, sel.ks, min_seconds=0.3)
-        for k in sel.ks:
-            log.info("step costs at K=%d: target %.1f ms, %d tokens %.1f ms (r=%.2f), draft %.1f ms (c=%.2f)",
-                     k, costs[k].target_ms, k + 1, costs[k].verify_ms, costs[k].r, costs[k].draft_ms, costs[k].c)
 
     samples: dict[tuple[int, Configuration], list[GenerationResult]] = {}
     bar = progress_bar(total=len(encoded) * cfg.repeats * len(configs), desc=f"bench {sel.pair}",
@@ -148,8 +141,28 @@ def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
     info_d = _loaded_info(draft) if draft else None
 
     rows = _rows(prompt_list, configs, samples, cfg.repeats, cfg.reference)
-    return BenchResult(config=cfg, target=info_t, draft=info_d, rows=rows, summary=summarize(rows, configs),
+    summary = summarize(rows, configs)
+    costs = step_costs(summary)
+    for k, c in costs.items():
+        log.info("step costs at K=%d from the run: target %.1f ms, %d tokens %.1f ms (r=%.2f), draft %.1f ms (c=%.2f)",
+                 k, c.target_ms, k + 1, c.verify_ms, c.r, c.draft_ms or 0.0, c.c)
+    return BenchResult(config=cfg, target=info_t, draft=info_d, rows=rows, summary=summary,
                        costs=costs, reference=_loaded_info(reference) if reference else None)
+
+
+def step_costs(summary: list[Summary]) -> dict[int, StepCosts]:
+    """K -> the step costs the run itself measured: the plain arm's one-token step, the assisted
+    arm's verification and draft step (medians over their passes). Empty without both arms timed."""
+    plain = next((s for s in summary if s.mode == PLAIN and s.phases and phases.TARGET_STEP in s.phases), None)
+    out: dict[int, StepCosts] = {}
+    for s in summary:
+        if s.mode != ASSISTED or s.k is None or not s.phases or plain is None or phases.VERIFY not in s.phases:
+            continue
+        draft = s.phases.get(phases.DRAFT_STEP)
+        out[s.k] = StepCosts(target_ms=plain.phases[phases.TARGET_STEP].median_ms,
+                             verify_ms=s.phases[phases.VERIFY].median_ms,
+                             draft_ms=draft.median_ms if draft else None, k=s.k)
+    return out
 
 
 def _paired_speedup(base: list[GenerationResult], runs: list[GenerationResult]) -> float | None:
@@ -216,5 +229,21 @@ def summarize(rows: list[Row], configs: list[Configuration]) -> list[Summary]:
             prompts_same_tokens_as_plain=(sum(bool(r.same_tokens_as_plain) for r in mine)
                                           if assisted and any(r.same_tokens_as_plain is not None for r in mine)
                                           else None),
+            **_phase_fields([GenerationResult.from_sample(r.mode, d) for r in mine for d in r.samples], assisted),
         ))
+    return out
+
+
+def _phase_fields(runs: list[GenerationResult], assisted: bool) -> dict[str, Any]:
+    """A configuration's pooled phases, the accounting of its decode phase and (assisted) the
+    acceptance by drafted position; nothing where the passes were not timed (a GPU)."""
+    out: dict[str, Any] = {}
+    timed = [r for r in runs if r.phases]
+    if timed and len(timed) == len(runs):
+        out["phases"] = pooled = phases.pooled(r.phases for r in timed)
+        out["accounting"] = phases.accounting(pooled, sum(r.decode_tokens for r in runs),
+                                              sum(r.decode_s for r in runs) * 1000.0)
+    if assisted and runs and all(r.drafted_per_step is not None for r in runs):
+        out["acceptance_by_position"] = phases.acceptance_by_position(
+            (r.drafted_per_step for r in runs), (r.accepted_per_step for r in runs))
     return out

@@ -4,7 +4,8 @@
 (harness/measure/record.py, where every metric is defined). The counters come from the
 assisted-decoding loop itself: the candidate generator that transformers builds for the call is
 wrapped, so `get_candidates` reports what was drafted and `update_candidate_strategy` reports
-n_matches. Logits processors are never used for this: they run several times per verification step.
+n_matches; every forward pass of both models is timed and filed under its phase
+(harness/measure/phases.py). Logits processors are never used for this: they run several times per verification step.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from harness.core import timing
+from harness.measure import phases
 from harness.workload.decode import ASSISTED, PLAIN, PROMPT_LOOKUP, DecodeSettings
 from harness.measure.record import GenerationResult
 
@@ -50,22 +52,18 @@ class StopOnSequences(StoppingCriteria):
 
 @dataclass
 class _LoopCounters:
-    forwards: int = 0                    # the target's forward passes
-    first_forward_end: float | None = None  # the clock when the first one (prefill) finished
     drafted_per_step: list[int] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
 
 
 @contextlib.contextmanager
-def _instrumented(target: torch.nn.Module, counters: _LoopCounters, clock: Callable[[], float]) -> Iterator[None]:
-    """Count the target's forward passes, read the clock when the first ends (the prefill: one device
-    synchronize on a GPU, not one per pass), and wrap the candidate generator."""
-    def forward_done(module: Any, args: Any, output: Any) -> None:
-        counters.forwards += 1
-        if counters.first_forward_end is None:
-            counters.first_forward_end = clock()
-
-    hook = target.register_forward_hook(forward_done)
+def _instrumented(target: torch.nn.Module, assistant: torch.nn.Module | None, counters: _LoopCounters,
+                  timer: phases.PassTimer) -> Iterator[None]:
+    """Time (or on a GPU count) the target's and the draft's forward passes, and wrap the candidate
+    generator so that its calls report what was drafted and accepted."""
+    handles = timer.attach(target, "target")
+    if assistant is not None:
+        handles += timer.attach(assistant, "draft")
     build = target._get_candidate_generator
 
     def build_counting(*args: Any, **kwargs: Any) -> Any:
@@ -89,7 +87,8 @@ def _instrumented(target: torch.nn.Module, counters: _LoopCounters, clock: Calla
     try:
         yield
     finally:
-        hook.remove()
+        for handle in handles:
+            handle.remove()
         del target._get_candidate_generator  # the instance attribute; the class method is back
 
 
@@ -159,24 +158,28 @@ def measure_generation(
 
     counters = _LoopCounters()
     clock = timing.device_clock(input_ids.device)  # on CUDA each read waits for the queued work
+    timer = phases.PassTimer(clock, timed=clock is time.perf_counter)  # per pass only where a read waits for nothing
     torch.manual_seed(settings.seed)
-    with _instrumented(target, counters, clock), torch.inference_mode():
+    with _instrumented(target, assistant, counters, timer), torch.inference_mode():
         cpu0, t0 = time.process_time(), clock()
         out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
         t1, cpu1 = clock(), time.process_time()
 
-    prefill_end = counters.first_forward_end if counters.first_forward_end is not None else t1
-    return _result(mode, prompt_len, out[0, prompt_len:].tolist(), t1 - t0, cpu1 - cpu0, prefill_end - t0, counters)
+    prefill_end = timer.first_target_end if timer.first_target_end is not None else t1
+    split = phases.split(timer.calls, prefill_end, t1) if timer.timed else None
+    return _result(mode, prompt_len, out[0, prompt_len:].tolist(), t1 - t0, cpu1 - cpu0, prefill_end - t0,
+                   timer.target_passes, counters, split)
 
 
 def _result(mode: str, prompt_len: int, tokens: list[int], total_s: float, cpu_s: float, prefill_s: float,
-            counters: _LoopCounters) -> GenerationResult:
-    """The record of one call: timings, tokens, and (assisted) the loop's per-step counters."""
+            target_forwards: int, counters: _LoopCounters,
+            split: dict[str, phases.PhaseCost] | None) -> GenerationResult:
+    """The record of one call: timings, tokens, the phases and (assisted) the loop's per-step counters."""
     new_tokens = len(tokens)
     result = GenerationResult(
         mode=mode, prompt_tokens=prompt_len, new_tokens=new_tokens, total_s=total_s,
         prefill_ms=prefill_s * 1000.0, time_per_token_ms=None, tokens_per_sec=None,
-        cpu_s=cpu_s, target_forwards=counters.forwards, tokens=tokens,
+        cpu_s=cpu_s, target_forwards=target_forwards, tokens=tokens, phases=split,
     )
     if mode != PLAIN:
         steps = counters.accepted_per_step

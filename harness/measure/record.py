@@ -28,12 +28,21 @@ Metric definitions:
                      pairing the r-th plain run with the r-th assisted run (same interleave slot)
   speedup_vs_reference  the same against the plain arm at --reference-precision (e.g. plain bf16
                      beside an int8 target's own plain arm)
+  phases             each forward pass of the target and the draft timed and filed by phase
+                     (prefill, draft_prefill, target_step, verify, draft_step) with the decode
+                     phase's host overhead: calls, total, median and 10th-percentile ms
+                     (harness/measure/phases.py; CPU only, null on a GPU)
+  accounting         a configuration's decode phase: sum(calls x median) of its passes beside the
+                     measured wall time, and the overhead outside the passes
+  acceptance_by_position  for drafted position i, the share of steps drafting it whose target kept it
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from harness.measure.phases import Accounting, PhaseCost
 
 
 _REQUIRED: Any = object()
@@ -72,6 +81,7 @@ class GenerationResult(Measurement):
     accepted_per_step: list[int] | None = None
     drafted_per_step: list[int] | None = None
     tokens: list[int] = field(default_factory=list)
+    phases: dict[str, PhaseCost] | None = None  # phase -> its passes' costs (CPU only: harness/measure/phases.py)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,6 +89,13 @@ class GenerationResult(Measurement):
     def sample(self) -> dict[str, Any]:
         """This call as one of a Row's samples (the row already says the mode)."""
         return {k: v for k, v in self.as_dict().items() if k != "mode"}
+
+    @classmethod
+    def from_sample(cls, mode: str, doc: dict[str, Any]) -> "GenerationResult":
+        """A call back from one of a Row's samples."""
+        phases = doc.get("phases")
+        return cls(mode=mode, **{**doc, "phases": None if phases is None else
+                                 {name: PhaseCost.from_dict(cost) for name, cost in phases.items()}})
 
     @property
     def decode_tokens(self) -> int:
@@ -121,6 +138,9 @@ class Summary:
     mean_accepted_length: float | None
     prompts_same_tokens_as_plain: int | None
     median_speedup_vs_reference: float | None = None  # over the plain arm at --reference-precision
+    phases: dict[str, PhaseCost] | None = None         # every run's phases pooled (harness/measure/phases.py)
+    accounting: Accounting | None = None               # the decode phase: its passes beside its wall time
+    acceptance_by_position: list[float] | None = None  # drafted position i -> share of steps keeping it
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from harness import __version__
 from harness.core import jsonio
+from harness.measure import phases
 from harness.measure.bench import BenchConfig, BenchResult
 from harness.core.errors import ResultsError
 from harness.machine.platform import detect
@@ -23,7 +24,7 @@ from harness.machine.provenance import collect as collect_provenance
 from harness.measure.record import COLUMNS, Summary
 from harness.workload.registry import PACKAGE_DIR
 
-RESULTS_SCHEMA_VERSION = 4  # 2: speedup_vs_reference per row and summary; 3: provenance (harness/machine/provenance.py); 4: the selection with its origins (harness/workload/selection.py)
+RESULTS_SCHEMA_VERSION = 5  # 2: speedup_vs_reference per row and summary; 3: provenance (harness/machine/provenance.py); 4: the selection with its origins (harness/workload/selection.py); 5: per-phase costs (harness/measure/phases.py)
 RESULTS_SCHEMA = PACKAGE_DIR / "schemas" / "bench-results.schema.json"
 
 def _table(headers: list[str], body: list[list[str]], markdown: bool) -> str:
@@ -79,9 +80,15 @@ def render_summary(result: BenchResult) -> str:
         line = summary_line(s)
         predicted = result.predicted(s)
         if predicted is not None:
-            line += f"; predicted {predicted:.2f}x from step costs (harness/machine/predict.py)"
+            line += f"; predicted {predicted:.2f}x from the run's step costs (harness/machine/predict.py)"
         lines.append(line)
+        lines += [f"{'':>18}{text}" for text in phase_lines(s)]
     return "\n".join(lines)
+
+
+def phase_lines(s: Summary) -> list[str]:
+    """Where a configuration's decode time went (harness/measure/phases.py)."""
+    return phases.lines(s.phases, s.accounting, s.acceptance_by_position) if s.phases else []
 
 
 def machine_line(cfg: BenchConfig) -> str:
@@ -162,6 +169,8 @@ def read_json(path: Path) -> dict[str, Any]:
         doc = {**doc, "schema_version": 3, "provenance": None}  # measured before results recorded where from
     if isinstance(doc, dict) and doc.get("schema_version") == 3:
         doc = {**doc, "schema_version": 4, "selection": None}  # before values recorded where they came from
+    if isinstance(doc, dict) and doc.get("schema_version") == 4:
+        doc = _migrate_v4(doc)
     validate_results(doc, str(path))
     return doc
 
@@ -172,6 +181,16 @@ def _migrate_v1(doc: dict[str, Any]) -> dict[str, Any]:
     doc["rows"] = [{**r, "speedup_vs_reference": None} if isinstance(r, dict) else r for r in doc.get("rows", [])]
     doc["summary"] = [{**s, "median_speedup_vs_reference": None} if isinstance(s, dict) else s
                       for s in doc.get("summary", [])]
+    return doc
+
+
+def _migrate_v4(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 had no per-phase costs: samples and summaries get nulls for them."""
+    doc = {**doc, "schema_version": 5}
+    doc["rows"] = [{**r, "samples": [{**x, "phases": None} if isinstance(x, dict) else x for x in r.get("samples", [])]}
+                   if isinstance(r, dict) else r for r in doc.get("rows", [])]
+    doc["summary"] = [{**s, "phases": None, "accounting": None, "acceptance_by_position": None}
+                      if isinstance(s, dict) else s for s in doc.get("summary", [])]
     return doc
 
 

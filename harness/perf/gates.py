@@ -32,6 +32,7 @@ from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.outcome import Outcome
 from harness.perf.record import METRICS, ABDetail, CombinationResult, acceptance_rate
 from harness.machine.provenance import software_versions
+from harness.perf.plant import ASSISTED_ONLY
 from harness.perf.runner import LoadedPair, Runner, git_commit, load_pair
 from harness.perf.stored import baselines, host, placement
 from harness.perf.stored.verdict import (BaselineMismatchError, Verdict, check_comparable, check_placement, confirm,
@@ -154,9 +155,9 @@ class PerfSession:
 def run_gate(session: PerfSession, combo: Combination, request: pytest.FixtureRequest) -> None:
     """Measure one combination and apply the gates (or stage its new baseline). The stored-baseline
     gate times its rounds through pytest-benchmark's fixture; the A/B gate's rounds run in workers."""
-    if (session.config.getoption("perf_plant_slowdown") and session.config.getoption("perf_plant_into") == "draft"
-            and combo.mode != ASSISTED):
-        pytest.skip(f"{combo.id}: --perf-plant-into draft: this combination has no draft model ({combo.mode})")
+    into = session.config.getoption("perf_plant_into")
+    if session.config.getoption("perf_plant_slowdown") and into in ASSISTED_ONLY and combo.mode != ASSISTED:
+        pytest.skip(f"{combo.id}: --perf-plant-into {into}: this combination has no draft model ({combo.mode})")
     if session.recording is not None:
         return replay_gate(session, combo, request)
     if session.trees is not None:

@@ -20,7 +20,7 @@ from harness.machine import hostspeed, platform, provenance
 from harness.workload import registry
 from harness.core.errors import HarnessError, did_you_mean
 from harness.history import store as history_store
-from harness.perf import benchmark_json, replay, to_history
+from harness.perf import benchmark_json, plant, replay, to_history
 from harness.perf.ab import duet, loadguard
 from harness.perf.combinations import combinations
 from harness.perf.gates import PerfSession, ab_trees
@@ -81,12 +81,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "whose own probe spreads more: benchmarks/hostspeed_spread.py measures that)")
     g.addoption("--perf-report-dir", default="results/perf", metavar="DIR",
                 help="where results.json, summary.md and speedup.png go (default: results/perf)")
-    g.addoption("--perf-plant-into", choices=("target", "draft"), default="target",
-                help="which model --perf-plant-slowdown slows: the target (default; the absolute gate must "
-                     "catch it) or the draft (the relative gate, speedup, must catch it)")
+    g.addoption("--perf-plant-into", choices=plant.PLANT_INTO, default="target",
+                help="where --perf-plant-slowdown goes: every forward pass of the target (default) or of the draft, "
+                     "the target's verification passes only (verify), or host work before each verification "
+                     "(glue: FRACTION of the previous verification pass, spun outside every pass)")
     g.addoption("--perf-plant-slowdown", type=float, default=0.0, metavar="FRACTION",
-                help="check the gate itself: make the forward pass of the target (or, with --perf-plant-into "
-                     "draft, the draft) FRACTION slower (e.g. 0.25)")
+                help="check the gate itself: make what --perf-plant-into names FRACTION slower (e.g. 0.25)")
     g.addoption("--perf-duet", choices=duet.CHOICES, default="auto",
                 help="A/B gate: run both arms' rounds at the same time, each on a core of its own with one thread, "
                      "swapping cores every round (on), or in turn with every core each (off); auto: side by side "

@@ -16,11 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core.errors import IntegrityError
+from harness.measure import phases
+from harness.measure.phases import PhaseCost
 from harness.perf.outcome import Outcome
 
 # The gated metrics, each a higher-is-better field of Round.
 METRICS = ("speedup", "assisted_tokens_per_sec", "plain_tokens_per_sec")
 COUNTERS = ("new_tokens", "drafted", "accepted", "target_forwards")
+# A round's phases: the plain runs' target step and prefill, the assisted runs' verification, draft
+# step, draft prefill and host overhead per step (harness/measure/phases.py).
+PLAIN_PHASES = (phases.PREFILL, phases.TARGET_STEP)
+ASSISTED_PHASES = (phases.DRAFT_PREFILL, phases.VERIFY, phases.DRAFT_STEP, phases.OVERHEAD)
+ROUND_PHASES = PLAIN_PHASES + ASSISTED_PHASES
 
 
 class RecordError(IntegrityError):
@@ -37,6 +44,8 @@ class Round:
     cpu_s: float | None = None           # CPU time the arm's process used in the round
     wall_s: float | None = None          # the round's wall time
     cpu: int | None = None               # the core the arm was pinned to (side-by-side rounds), else None
+    phases: dict[str, PhaseCost] | None = None  # the round's passes by phase (ROUND_PHASES); None: untimed, or an older worker
+    acceptance_by_position: list[float] | None = None  # drafted position i -> share of steps keeping it
 
     def metric(self, name: str) -> float:
         return getattr(self, name)
@@ -59,7 +68,30 @@ class Round:
                 isinstance(c, Mapping) and all(isinstance(c.get(k), int) for k in COUNTERS) for c in counters.values()):
             raise RecordError(f"{source}: round field 'counters' must map each prompt to {', '.join(COUNTERS)}")
         optional = {k: doc.get(k) for k in ("cpu_s", "wall_s", "cpu") if doc.get(k) is not None}
+        if doc.get("phases") is not None:
+            optional["phases"] = _phases_from(doc["phases"], source)
+        if doc.get("acceptance_by_position") is not None:
+            shares = doc["acceptance_by_position"]
+            if not isinstance(shares, list) or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 for v in shares):
+                raise RecordError(f"{source}: round field 'acceptance_by_position' must be a list of shares in [0, 1]")
+            optional["acceptance_by_position"] = [float(v) for v in shares]
         return cls(**values, counters={p: {k: int(c[k]) for k in COUNTERS} for p, c in counters.items()}, **optional)
+
+
+def _phases_from(doc: Any, source: str) -> dict[str, PhaseCost]:
+    """A round's phases, each a PhaseCost of non-negative finite numbers; RecordError naming `source`."""
+    if not isinstance(doc, Mapping) or not set(doc) <= set(ROUND_PHASES):
+        raise RecordError(f"{source}: round field 'phases' must map some of {', '.join(ROUND_PHASES)} to costs")
+    out: dict[str, PhaseCost] = {}
+    for name, cost in doc.items():
+        try:
+            out[name] = PhaseCost.from_dict(cost)
+        except (KeyError, TypeError, ValueError):
+            raise RecordError(f"{source}: round phase {name!r} must hold calls, total_ms, median_ms, low_ms") from None
+        if not all(math.isfinite(v) and v >= 0 for v in (out[name].total_ms, out[name].median_ms, out[name].low_ms)):
+            raise RecordError(f"{source}: round phase {name!r} must hold non-negative finite times")
+    return out
 
 
 @dataclass

@@ -45,6 +45,18 @@ class RecordedGate:
     mode: str | None                   # A/B: "duet" or "interleaved"
 
 
+def _without_phases(entry: Any) -> Any:
+    """A version-3 result with its rounds given the fields version 4 added, as nulls."""
+    if not isinstance(entry, dict):
+        return entry
+    fill = lambda rounds: [{**r, "phases": None, "acceptance_by_position": None} if isinstance(r, dict) else r  # noqa: E731
+                           for r in rounds] if isinstance(rounds, list) else rounds
+    entry = {**entry, "rounds": fill(entry.get("rounds"))}
+    if isinstance(entry.get("ab"), dict):
+        entry["ab"] = {**entry["ab"], "base_rounds": fill(entry["ab"].get("base_rounds"))}
+    return entry
+
+
 @dataclass(frozen=True)
 class Recording:
     path: Path
@@ -59,9 +71,11 @@ class Recording:
             raise ReplayError(f"--perf-replay {exc} (give the results.json of a perf run)") from None
         version = doc.get("schema_version") if isinstance(doc, dict) else None
         if version == 2:  # the same rounds, written before results recorded where they came from
-            doc = {**doc, "schema_version": SCHEMA_VERSION, "provenance": None}
+            doc, version = {**doc, "schema_version": 3, "provenance": None}, 3
+        if version == 3:  # the same rounds, written before rounds recorded their phases
+            doc = {**doc, "schema_version": SCHEMA_VERSION, "results": [_without_phases(r) for r in doc.get("results", [])]}
         elif version != SCHEMA_VERSION:
-            raise ReplayError(f"--perf-replay {path}: schema_version {version!r}, this harness replays 2 and "
+            raise ReplayError(f"--perf-replay {path}: schema_version {version!r}, this harness replays 2 to "
                               f"{SCHEMA_VERSION} (a results.json of an older harness has no rounds to replay)")
         jsonio.validate(doc, SCHEMA, f"--perf-replay {path}", ReplayError,
                         hint="give the results.json of a perf run of this harness version")

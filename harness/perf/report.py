@@ -19,8 +19,8 @@ from harness.perf.stored import host
 from harness.perf.record import CombinationResult
 
 SCHEMA = PACKAGE_DIR / "schemas" / "perf-results.schema.json"
-SCHEMA_VERSION = 3  # 2: one record per combination (harness/perf/record.py), rounds in place of per-metric lists;
-#                    3: provenance (harness/machine/provenance.py)
+SCHEMA_VERSION = 4  # 2: one record per combination (harness/perf/record.py), rounds in place of per-metric lists;
+#                    3: provenance (harness/machine/provenance.py); 4: each round's phases (harness/measure/phases.py)
 HEADERS = ["Combination", "Plain tok/s", "Assisted tok/s", "Speedup", "Acceptance", "Rounds", "Verdict", "Detail"]
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from harness.core import descriptive
 from harness.machine import provenance
-from harness.measure import interleave
+from harness.measure import interleave, phases
+from harness.perf import plant
 from harness.workload import models, prompts
 from harness.machine.provenance import software_versions
 from harness.workload.decode import DecodeSettings
@@ -24,7 +25,7 @@ from harness.measure.generate import ASSISTED, PLAIN, measure_generation
 from harness.measure.record import GenerationResult
 from harness.perf.stored import stats
 from harness.perf.combinations import Combination, PerfSettings
-from harness.perf.record import METRICS, Round, Samples
+from harness.perf.record import ASSISTED_PHASES, METRICS, PLAIN_PHASES, Round, Samples
 
 log = logging.getLogger(__name__)
 
@@ -35,29 +36,10 @@ class LoadedPair:
     draft: models.LoadedModel | None
 
 
-class PlantedSlowdown:
-    """Makes every forward pass of a model `fraction` slower by spinning after it (the gate's own
-    check: `--perf-plant-slowdown`, benchmarks/gate_power.py). Spinning keeps the core busy, as
-    slower code would. `fraction` may change between rounds (one model load for every level)."""
-
-    def __init__(self, model: Any, fraction: float = 0.0):
-        self.fraction = fraction
-
-        def start(module: Any, args: Any) -> None:
-            module._planted_t0 = time.perf_counter()
-
-        def stop(module: Any, args: Any, output: Any) -> None:
-            until = time.perf_counter() + (time.perf_counter() - module._planted_t0) * self.fraction
-            while time.perf_counter() < until:
-                pass
-
-        model.register_forward_pre_hook(start)
-        model.register_forward_hook(stop)
-
-
 def load_pair(combo: Combination, *, slowdown: float = 0.0, plant_into: str = "target") -> LoadedPair:
     """The selection's models; `slowdown` plants a slower forward pass into the target's or the
-    draft's model (plant_into), to check the gate itself."""
+    draft's model, the target's verification passes, or the host work before each verification
+    (plant_into: harness/perf/plant.py PLANT_INTO), to check the gate itself."""
     sel = combo.selection
     attention = sel.attention.implementation
     target = models.load(sel.target.spec, sel.target.precision, sel.device, attention=attention)
@@ -66,11 +48,18 @@ def load_pair(combo: Combination, *, slowdown: float = 0.0, plant_into: str = "t
         draft = models.load(sel.draft.spec, sel.draft.precision, sel.device, draft_vocab=sel.draft.draft_vocab,
                             attention=attention)
     if slowdown:
+        if plant_into not in plant.PLANT_INTO:
+            raise ValueError(f"plant_into must be one of {', '.join(plant.PLANT_INTO)}; got {plant_into!r}")
         victim = draft if plant_into == "draft" else target
         if victim is None:
             raise ValueError(f"{combo.id}: has no draft model to slow down (prompt lookup)")
-        log.warning("planting a %.0f%% slowdown into %s's forward pass", slowdown * 100, victim.name)
-        PlantedSlowdown(victim.model, slowdown)
+        if plant_into == "glue":
+            log.warning("planting %.1f%% of a verification pass as host work before each one", slowdown * 100)
+            plant.PlantedGlue(target.model, slowdown)
+        else:
+            log.warning("planting a %.0f%% slowdown into %s's %s", slowdown * 100, victim.name,
+                        "verification passes" if plant_into == "verify" else "forward pass")
+            plant.PlantedSlowdown(victim.model, slowdown, only_verify=plant_into == "verify")
     return LoadedPair(combo.model_key, target, draft)
 
 
@@ -103,11 +92,13 @@ class Runner:
         decode_s = {PLAIN: 0.0, self.combo.mode: 0.0}
         decode_tokens = {PLAIN: 0, self.combo.mode: 0}
         counters: dict[str, dict[str, int]] = {}
+        runs: dict[str, list[GenerationResult]] = {PLAIN: [], self.combo.mode: []}
         cpu0, t0 = time.process_time(), time.perf_counter()
         for prompt, ids in zip(self.prompts, self.inputs):
             settings = dataclasses.replace(self.decode, seed=n)  # sampled: same seed for both modes
             for mode in order:
                 r = self._run(mode, ids, settings)
+                runs[mode].append(r)
                 decode_s[mode] += r.decode_s
                 decode_tokens[mode] += r.decode_tokens
                 if mode != PLAIN:
@@ -116,7 +107,8 @@ class Runner:
         plain = decode_tokens[PLAIN] / decode_s[PLAIN]
         assisted = decode_tokens[self.combo.mode] / decode_s[self.combo.mode]
         done = Round(plain_tokens_per_sec=plain, assisted_tokens_per_sec=assisted, speedup=assisted / plain,
-                     counters=counters, cpu_s=time.process_time() - cpu0, wall_s=time.perf_counter() - t0)
+                     counters=counters, cpu_s=time.process_time() - cpu0, wall_s=time.perf_counter() - t0,
+                     **round_phases(runs[PLAIN], runs[self.combo.mode]))
         self.samples.add(done)
         return done
 
@@ -162,6 +154,20 @@ class Runner:
         record.update(exact=self.exact_counters(), tolerance=tolerance, versions=software_versions(),
                       commit=commit, date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
         return record
+
+
+def round_phases(plain: list[GenerationResult], assisted: list[GenerationResult]) -> dict[str, Any]:
+    """A round's phases (record.ROUND_PHASES: each arm's own, pooled over its prompts) and its
+    acceptance by drafted position; nothing where the passes were not timed (a GPU)."""
+    out: dict[str, Any] = {}
+    if all(r.phases for r in plain + assisted):
+        mine = {**{k: v for k, v in phases.pooled(r.phases for r in plain).items() if k in PLAIN_PHASES},
+                **{k: v for k, v in phases.pooled(r.phases for r in assisted).items() if k in ASSISTED_PHASES}}
+        out["phases"] = mine or None
+    if assisted and all(r.drafted_per_step is not None for r in assisted):
+        out["acceptance_by_position"] = phases.acceptance_by_position(
+            (r.drafted_per_step for r in assisted), (r.accepted_per_step for r in assisted))
+    return out
 
 
 def git_commit() -> str | None:

@@ -39,7 +39,7 @@ def test_bench_compare_on_tiny_local_models(tiny_matrix, tmp_path):
     assert "Summary (medians over prompts):" in r.stdout
     assert "assisted k=4: median" in r.stdout and "same tokens as plain on 3/3 prompts" in r.stdout
     doc = read_json(out)  # validated against the schema on read too
-    assert doc["schema_version"] == 4 and doc["pair"] == "tiny+draft"
+    assert doc["schema_version"] == 5 and doc["pair"] == "tiny+draft"
     origin = doc["provenance"]  # the commit this test runs from, the machine, and the probe taken before the run
     assert origin["commit"] == subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                                               cwd=os.path.dirname(__file__)).stdout.strip()

@@ -1,0 +1,83 @@
+"""Planted slowdowns: the gate's check of itself (`--perf-plant-slowdown`, `--perf-plant-into`,
+benchmarks/ab_power.py). Each makes one part of an assisted step slower by spinning, which keeps
+the core busy as slower code would (a sleep would free the core):
+
+  target   every forward pass of the target
+  draft    every forward pass of the draft
+  verify   the target's verification passes only (more than one new token after the prompt)
+  glue     host work before each verification, outside every pass: FRACTION of the previous
+           verification pass's time (harness/measure/phases.py files it as overhead)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from harness.measure import phases
+
+PLANT_INTO = ("target", "draft", "verify", "glue")  # --perf-plant-into: where a planted slowdown goes
+ASSISTED_ONLY = ("draft", "verify", "glue")         # those that need an assisted combination
+
+
+def _spin(seconds: float) -> None:
+    """Keep the core busy for `seconds`, as slower code would (a sleep would free the core)."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def is_verification(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """A target pass over more than one new token after the prompt is cached: an assisted step's
+    verification (the prefill, also wide, starts at position 0)."""
+    positions = kwargs.get("cache_position")
+    if positions is not None and positions.numel():
+        started = int(positions.reshape(-1)[0]) > 0
+    else:
+        cache = kwargs.get("past_key_values")
+        started = cache is not None and cache.get_seq_length() > 0
+    return started and phases.new_tokens(args, kwargs) > 1
+
+
+class PlantedSlowdown:
+    """Makes the forward passes of a model `fraction` slower by spinning after each (the gate's own
+    check: `--perf-plant-slowdown`, benchmarks/ab_power.py); `only_verify`: the target's
+    verification passes only. `fraction` may change between rounds (one model load for every level)."""
+
+    def __init__(self, model: Any, fraction: float = 0.0, *, only_verify: bool = False):
+        self.fraction = fraction
+
+        def start(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            module._planted = (time.perf_counter(), not only_verify or is_verification(args, kwargs))
+
+        def stop(module: Any, args: Any, output: Any) -> None:
+            t0, planted = module._planted
+            if planted:
+                _spin((time.perf_counter() - t0) * self.fraction)
+
+        model.register_forward_pre_hook(start, with_kwargs=True)
+        model.register_forward_hook(stop)
+
+
+class PlantedGlue:
+    """Slower host code between the passes of an assisted step: before each verification pass,
+    spin `fraction` of the previous verification pass's time, outside every pass (its hook runs
+    before any other, so the pass timer files the spin as host overhead: harness/measure/phases.py)."""
+
+    def __init__(self, model: Any, fraction: float = 0.0):
+        self.fraction = fraction
+        last = [0.0]
+
+        def before(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            verification = is_verification(args, kwargs)
+            if verification and last[0]:
+                _spin(last[0] * self.fraction)
+            module._glue = (time.perf_counter(), verification)
+
+        def after(module: Any, args: Any, output: Any) -> None:
+            t0, verification = module._glue
+            if verification:
+                last[0] = time.perf_counter() - t0
+
+        model.register_forward_pre_hook(before, with_kwargs=True, prepend=True)
+        model.register_forward_hook(after)

@@ -1,0 +1,161 @@
+"""Per-phase costs (harness/measure/phases.py): every forward pass timed and filed under its phase,
+the decode phase's wall time split into passes and host overhead, acceptance by drafted position;
+on tiny random models and on hand-made passes whose answer is known."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.measure import phases
+from harness.measure.generate import measure_generation
+from harness.measure.phases import Call, PhaseCost
+from harness.perf.record import RecordError, Round
+from harness.perf.plant import PlantedSlowdown
+from harness.workload.decode import DecodeSettings
+from tiny_models import perturbed, prompt, tiny_model
+
+K = 4
+SETTINGS = DecodeSettings(max_new_tokens=40)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_model("llama", seed=0)
+
+
+def test_quantile_and_a_phase_cost_of_its_calls():
+    assert phases.quantile([4.0, 1.0, 3.0, 2.0], 0.5) == 2.5
+    assert phases.quantile([5.0], 0.1) == 5.0
+    assert phases.quantile([0.0, 10.0], 0.1) == pytest.approx(1.0)
+    cost = PhaseCost.of([1.0, 2.0, 3.0, 10.0])
+    assert (cost.calls, cost.total_ms, cost.median_ms) == (4, 16.0, 2.5)
+    assert cost.low_ms == pytest.approx(1.3)
+    assert PhaseCost.from_dict(cost.as_dict()) == cost
+    with pytest.raises(ValueError):
+        phases.quantile([], 0.5)
+
+
+def test_passes_are_filed_by_model_order_and_width():
+    """An assisted generation by hand: draft prefill and its first tokens before the target's
+    first pass (the prefill phase), then steps of 2 draft passes and one 3-token verification."""
+    calls = [Call("draft", 10, 0.0, 0.010), Call("draft", 1, 0.010, 0.002), Call("draft", 1, 0.012, 0.002),
+             Call("target", 13, 0.014, 0.100)]  # decode starts at 0.114
+    t = 0.120
+    for _ in range(3):  # each step: 6 ms of draft passes, 30 ms of verification, 4 ms of host work
+        calls += [Call("draft", 2, t, 0.003), Call("draft", 1, t + 0.003, 0.003), Call("target", 3, t + 0.006, 0.030)]
+        t += 0.040
+    split = phases.split(calls, decode_start=0.114, decode_end=t)
+    assert set(split) == {"prefill", "draft_prefill", "draft_step", "verify", "overhead"}
+    assert split["prefill"].calls == 1 and split["prefill"].median_ms == pytest.approx(100.0)
+    assert split["draft_prefill"].total_ms == pytest.approx(10.0)
+    assert split["draft_step"].calls == 6 and split["draft_step"].median_ms == pytest.approx(3.0)
+    assert split["verify"].calls == 3 and split["verify"].median_ms == pytest.approx(30.0)
+    # the decode phase: 6 ms before the first step, then 4 ms of host work in each of 3 steps
+    assert split["overhead"].calls == 3 and split["overhead"].total_ms == pytest.approx(6.0 + 3 * 4.0)
+    acc = phases.accounting(split, decode_tokens=9, measured_ms=(t - 0.114) * 1000)
+    assert acc.passes_ms == pytest.approx(6 * 3.0 + 3 * 30.0)
+    assert acc.passes_ms + acc.overhead_ms == pytest.approx(acc.measured_ms)
+    assert acc.predicted_per_token_ms == pytest.approx(108.0 / 9)
+    assert acc.error == pytest.approx(108.0 / 126.0 - 1)
+    plain = phases.split([Call("target", 12, 0.0, 0.1), Call("target", 1, 0.1, 0.02)], 0.1, 0.13)
+    assert set(plain) == {"prefill", "target_step", "overhead"}
+    assert plain["overhead"].total_ms == pytest.approx(10.0)
+
+
+def test_acceptance_by_position():
+    shares = phases.acceptance_by_position([[3, 3], [2]], [[2, 0], [2]])
+    assert shares == pytest.approx([2 / 3, 2 / 3, 0.0])
+    assert phases.acceptance_by_position([], []) == []
+
+
+def test_pooled_phases_sum_calls_and_take_the_median_of_medians():
+    a = {"verify": PhaseCost(2, 20.0, 10.0, 9.0)}
+    b = {"verify": PhaseCost(3, 36.0, 12.0, 11.0), "draft_step": PhaseCost(1, 2.0, 2.0, 2.0)}
+    c = {"verify": PhaseCost(1, 30.0, 30.0, 30.0)}
+    out = phases.pooled([a, b, c])
+    assert out["verify"] == PhaseCost(6, 86.0, 12.0, 11.0)
+    assert out["draft_step"].calls == 1
+
+
+def test_a_plain_generation_is_one_prefill_and_a_step_per_token(target):
+    r = measure_generation(target, prompt(seed=1), SETTINGS)
+    assert set(r.phases) == {"prefill", "target_step", "overhead"}
+    assert r.phases["prefill"].calls == 1
+    assert r.phases["target_step"].calls == r.new_tokens - 1 == r.target_forwards - 1
+    passes = r.phases["target_step"].total_ms + r.phases["overhead"].total_ms
+    assert passes == pytest.approx(r.decode_s * 1000, rel=1e-6)  # the decode phase, all of it
+    assert r.phases["prefill"].total_ms <= r.prefill_ms
+
+
+def test_an_assisted_generation_files_every_pass(target):
+    draft = perturbed(target, 0.6, seed=3)
+    r = measure_generation(target, prompt(seed=2), SETTINGS, mode="assisted", k=K, assistant=draft)
+    # a decode step verifies what it drafted; one that drafted nothing (no room left) is a one-token step
+    decode_steps = r.drafted_per_step[1:]
+    assert len(decode_steps) == r.target_forwards - 1
+    assert r.phases["verify"].calls == sum(1 for d in decode_steps if d > 0)
+    assert r.phases.get("target_step", PhaseCost(0, 0.0, 0.0, 0.0)).calls == sum(1 for d in decode_steps if d == 0)
+    # every decode step drafts its tokens with one draft pass each; the first step's are in the prefill
+    assert r.phases["draft_step"].calls == sum(r.drafted_per_step[1:])
+    decode = sum(r.phases[p].total_ms for p in ("target_step", "verify", "draft_step", "overhead") if p in r.phases)
+    assert decode == pytest.approx(r.decode_s * 1000, rel=1e-6)
+
+
+def test_a_slower_draft_shows_in_the_draft_step_and_not_in_the_verification(target):
+    """Planted: every draft pass 3x slower. Its median moves by about 4x; the verification's does not."""
+    ids = prompt(seed=2)
+    base_draft = perturbed(target, 0.6, seed=3)
+    slow_draft = perturbed(target, 0.6, seed=3)
+    PlantedSlowdown(slow_draft, 3.0)
+    runs = {name: [measure_generation(target, ids, SETTINGS, mode="assisted", k=K, assistant=d) for _ in range(3)]
+            for name, d in (("base", base_draft), ("slow", slow_draft))}
+    pooled = {name: phases.pooled(r.phases for r in rs) for name, rs in runs.items()}
+    draft_ratio = pooled["slow"]["draft_step"].median_ms / pooled["base"]["draft_step"].median_ms
+    verify_ratio = pooled["slow"]["verify"].median_ms / pooled["base"]["verify"].median_ms
+    assert draft_ratio > 2.5, draft_ratio
+    assert 0.5 < verify_ratio < 1.6, verify_ratio
+
+
+def test_a_round_carries_its_phases_and_refuses_malformed_ones():
+    doc = {"plain_tokens_per_sec": 3.0, "assisted_tokens_per_sec": 7.5, "speedup": 2.5,
+           "counters": {"p0": {"new_tokens": 32, "drafted": 30, "accepted": 25, "target_forwards": 7}},
+           "phases": {"verify": {"calls": 6, "total_ms": 60.0, "median_ms": 10.0, "low_ms": 9.0}},
+           "acceptance_by_position": [0.9, 0.5]}
+    r = Round.from_json(doc, "worker base")
+    assert r.phases["verify"].median_ms == 10.0 and r.acceptance_by_position == [0.9, 0.5]
+    assert Round.from_json(r.to_json(), "again") == r
+    old = Round.from_json({k: v for k, v in doc.items() if k not in ("phases", "acceptance_by_position")}, "old worker")
+    assert old.phases is None and old.acceptance_by_position is None
+    for bad, field in (({"warp": {"calls": 1, "total_ms": 1, "median_ms": 1, "low_ms": 1}}, "phases"),
+                       ({"verify": {"calls": 1}}, "verify"),
+                       ({"verify": {"calls": 1, "total_ms": -1.0, "median_ms": 1, "low_ms": 1}}, "verify")):
+        with pytest.raises(RecordError, match=f"worker base: round (field|phase) '{field}'"):
+            Round.from_json({**doc, "phases": bad}, "worker base")
+    with pytest.raises(RecordError, match="acceptance_by_position"):
+        Round.from_json({**doc, "acceptance_by_position": [1.5]}, "worker base")
+
+
+@pytest.mark.parametrize("into", ["verify", "glue"])
+def test_a_planted_verification_or_glue_slowdown_shows_in_its_own_phase(target, into):
+    """Planted 3x into the verification passes, or as host work before each: the phase it names
+    moves, the draft step does not, and glue stays outside every pass (it is overhead)."""
+    from harness.perf import plant
+
+    ids = prompt(seed=2)
+    draft = perturbed(target, 0.6, seed=3)
+    slow_target = tiny_model("llama", seed=0)
+    (plant.PlantedGlue if into == "glue" else lambda m, f: plant.PlantedSlowdown(m, f, only_verify=True))(slow_target, 3.0)
+    runs = {name: [measure_generation(t, ids, SETTINGS, mode="assisted", k=K, assistant=draft) for _ in range(3)]
+            for name, t in (("base", target), ("slow", slow_target))}
+    assert runs["base"][0].tokens == runs["slow"][0].tokens
+    pooled = {name: phases.pooled(r.phases for r in rs) for name, rs in runs.items()}
+    ratio = {p: pooled["slow"][p].median_ms / pooled["base"][p].median_ms for p in ("verify", "draft_step", "overhead")}
+    moved = "verify" if into == "verify" else "overhead"
+    assert ratio[moved] > 2.0, ratio
+    assert 0.5 < ratio["draft_step"] < 1.6, ratio
+    if into == "glue":
+        assert 0.5 < ratio["verify"] < 1.6, ratio
+    plain = measure_generation(slow_target, ids, SETTINGS)  # the prefill and plain steps are not verifications
+    plain_base = measure_generation(target, ids, SETTINGS)
+    assert plain.phases["target_step"].median_ms < 2.0 * plain_base.phases["target_step"].median_ms
