@@ -79,9 +79,19 @@ class BenchResult:
     reference: dict[str, Any] | None = None  # the target loaded at the reference precision
 
     def predicted(self, s: Summary) -> float | None:
-        """The speedup the step costs predict for this configuration's measured acceptance."""
-        costs = self.costs.get(s.k) if s.k is not None else None
-        return costs.predict(s.mean_accepted_length) if costs and s.mean_accepted_length else None
+        """The speedup the run's step costs predict for this configuration: per prompt, E / (K c + r)
+        from that prompt's own passes and acceptance, then the median over prompts (as the
+        measured speedup is). None without timed passes of both arms."""
+        if s.mode != ASSISTED or s.k is None:
+            return None
+        plain = {r.prompt_id: r for r in self.rows if r.configuration == Configuration(PLAIN).label}
+        found = []
+        for row in (r for r in self.rows if r.configuration == s.configuration):
+            costs = _step_costs(_row_phases(plain[row.prompt_id]) if row.prompt_id in plain else None,
+                                _row_phases(row), s.k)
+            if costs and row.mean_accepted_length:
+                found.append(costs.predict(row.mean_accepted_length))
+        return descriptive.median(found) if found else None
 
 
 def build_config(matrix: Matrix, request: Request, *, mode: str = "compare", repeats: int | None = None,
@@ -151,18 +161,29 @@ def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
 
 
 def step_costs(summary: list[Summary]) -> dict[int, StepCosts]:
-    """K -> the step costs the run itself measured: the plain arm's one-token step, the assisted
-    arm's verification and draft step (medians over their passes). Empty without both arms timed."""
-    plain = next((s for s in summary if s.mode == PLAIN and s.phases and phases.TARGET_STEP in s.phases), None)
-    out: dict[int, StepCosts] = {}
-    for s in summary:
-        if s.mode != ASSISTED or s.k is None or not s.phases or plain is None or phases.VERIFY not in s.phases:
-            continue
-        draft = s.phases.get(phases.DRAFT_STEP)
-        out[s.k] = StepCosts(target_ms=plain.phases[phases.TARGET_STEP].median_ms,
-                             verify_ms=s.phases[phases.VERIFY].median_ms,
-                             draft_ms=draft.median_ms if draft else None, k=s.k)
-    return out
+    """K -> the step costs the run itself measured over all prompts: the plain arm's one-token
+    step, the assisted arm's verification and draft step. Empty without both arms timed."""
+    plain = next((s for s in summary if s.mode == PLAIN and s.phases), None)
+    found = {s.k: _step_costs(plain.phases if plain else None, s.phases, s.k)
+             for s in summary if s.mode == ASSISTED and s.k is not None}
+    return {k: c for k, c in found.items() if c is not None}
+
+
+def _step_costs(plain: dict[str, phases.PhaseCost] | None, assisted: dict[str, phases.PhaseCost] | None,
+                k: int) -> StepCosts | None:
+    """The step costs in the prediction's terms (harness/machine/predict.py): the plain arm's
+    target step, the assisted arm's verification and draft step (medians over their passes)."""
+    if not plain or not assisted or phases.TARGET_STEP not in plain or phases.VERIFY not in assisted:
+        return None
+    draft = assisted.get(phases.DRAFT_STEP)
+    return StepCosts(target_ms=plain[phases.TARGET_STEP].median_ms, verify_ms=assisted[phases.VERIFY].median_ms,
+                     draft_ms=draft.median_ms if draft else None, k=k)
+
+
+def _row_phases(row: Row) -> dict[str, phases.PhaseCost] | None:
+    """One prompt's phases over its repeats; None where its passes were not timed."""
+    runs = [GenerationResult.from_sample(row.mode, d) for d in row.samples]
+    return phases.pooled(r.phases for r in runs) if runs and all(r.phases for r in runs) else None
 
 
 def _paired_speedup(base: list[GenerationResult], runs: list[GenerationResult]) -> float | None:
@@ -240,9 +261,9 @@ def _phase_fields(runs: list[GenerationResult], assisted: bool) -> dict[str, Any
     out: dict[str, Any] = {}
     timed = [r for r in runs if r.phases]
     if timed and len(timed) == len(runs):
-        out["phases"] = pooled = phases.pooled(r.phases for r in timed)
-        out["accounting"] = phases.accounting(pooled, sum(r.decode_tokens for r in runs),
-                                              sum(r.decode_s for r in runs) * 1000.0)
+        out["phases"] = phases.pooled(r.phases for r in timed)
+        out["accounting"] = phases.combined(phases.accounting(r.phases, r.decode_tokens, r.decode_s * 1000.0)
+                                            for r in timed)
     if assisted and runs and all(r.drafted_per_step is not None for r in runs):
         out["acceptance_by_position"] = phases.acceptance_by_position(
             (r.drafted_per_step for r in runs), (r.accepted_per_step for r in runs))

@@ -17,7 +17,8 @@ Phases (one home for their names; the decode phase is everything after the targe
 
 The accounting: the decode phase costs sum(calls x median) over the passes' phases plus the
 overhead. `accounting` puts that prediction beside the measured decode time, so a run shows how
-much of its time per token its forward passes explain.
+much of its time per token its forward passes explain; `combined` adds runs up, each at its own
+medians.
 
 Each pass is read from the host clock around the module's forward (pre and post hooks). On a CPU
 the work is done when the call returns; on a GPU a pass returns before its kernels ran and timing
@@ -213,6 +214,16 @@ def accounting(phases: Mapping[str, PhaseCost], decode_tokens: int, measured_ms:
     overhead = phases[OVERHEAD].total_ms if OVERHEAD in phases else 0.0
     return Accounting(decode_tokens=decode_tokens, measured_ms=measured_ms,
                       passes_ms=sum(p.calls * p.median_ms for p in passes), overhead_ms=overhead)
+
+
+def combined(accounts: Iterable[Accounting | None]) -> Accounting | None:
+    """Several runs' accountings as one: each run's passes at its own medians, summed (runs over
+    other context lengths cost differently; one median for all of them would weigh them wrong)."""
+    given = [a for a in accounts if a is not None]
+    if not given:
+        return None
+    return Accounting(decode_tokens=sum(a.decode_tokens for a in given), measured_ms=sum(a.measured_ms for a in given),
+                      passes_ms=sum(a.passes_ms for a in given), overhead_ms=sum(a.overhead_ms for a in given))
 
 
 def acceptance_by_position(drafted_per_step: Iterable[Sequence[int]],

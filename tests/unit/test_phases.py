@@ -159,3 +159,41 @@ def test_a_planted_verification_or_glue_slowdown_shows_in_its_own_phase(target, 
     plain = measure_generation(slow_target, ids, SETTINGS)  # the prefill and plain steps are not verifications
     plain_base = measure_generation(target, ids, SETTINGS)
     assert plain.phases["target_step"].median_ms < 2.0 * plain_base.phases["target_step"].median_ms
+
+
+def test_runs_add_up_each_at_its_own_medians():
+    a = phases.Accounting(decode_tokens=10, measured_ms=1000.0, passes_ms=900.0, overhead_ms=50.0)
+    b = phases.Accounting(decode_tokens=30, measured_ms=2000.0, passes_ms=1900.0, overhead_ms=60.0)
+    both = phases.combined([a, None, b])
+    assert (both.decode_tokens, both.measured_ms, both.passes_ms, both.overhead_ms) == (40, 3000.0, 2800.0, 110.0)
+    assert both.error == pytest.approx(2800 / 3000 - 1)
+    assert phases.combined([None]) is None
+
+
+def _row(prompt_id: str, mode: str, cost: dict[str, float], e: float | None = None):
+    from harness.measure.record import Row
+
+    sample = {"prompt_tokens": 10, "new_tokens": 20, "total_s": 2.0, "prefill_ms": 100.0, "time_per_token_ms": 100.0,
+              "tokens_per_sec": 10.0, "cpu_s": 2.0, "target_forwards": 20, "drafted": None, "accepted": None,
+              "mean_accepted_length": e, "accepted_per_step": None, "drafted_per_step": None, "tokens": [1] * 20,
+              "phases": {p: PhaseCost(5, ms * 5, ms, ms).as_dict() for p, ms in cost.items()}}
+    return Row(example=1, prompt_id=prompt_id, configuration=mode if mode == "plain" else "assisted k=4", mode=mode,
+               k=None if mode == "plain" else 4, prompt_tokens=10, new_tokens=20, total_s=2.0, prefill_ms=100.0,
+               time_per_token_ms=100.0, tokens_per_sec=10.0, cpu_s=2.0, target_forwards=20, drafted=None,
+               accepted=None, mean_accepted_length=e, speedup=None, same_tokens_as_plain=None, samples=[sample])
+
+
+def test_the_predicted_speedup_is_each_prompts_own_then_the_median():
+    """Per prompt, E / (K c + r) from that prompt's passes: (3 / 1.6, 5 / 1.6) -> median 2.5. One
+    median of the costs over both prompts would give another figure (their costs differ 2x)."""
+    from harness.measure.bench import BenchResult, Configuration, summarize
+
+    rows = [_row("a", "plain", {"target_step": 100.0}), _row("b", "plain", {"target_step": 200.0}),
+            _row("a", "assisted", {"verify": 120.0, "draft_step": 10.0}, e=3.0),
+            _row("b", "assisted", {"verify": 240.0, "draft_step": 20.0}, e=5.0)]
+    summary = summarize(rows, [Configuration("plain"), Configuration("assisted", 4)])
+    result = BenchResult(config=None, target={}, draft=None, rows=rows, summary=summary)
+    assisted = summary[1]
+    assert result.predicted(assisted) == pytest.approx((3 / 1.6 + 5 / 1.6) / 2)
+    assert result.predicted(summary[0]) is None
+    assert assisted.phases["verify"].calls == 10 and assisted.accounting is not None
