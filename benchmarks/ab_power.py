@@ -118,6 +118,7 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
             "restart_every": ab.restart_every, "mode": result.mode, "cpu_class": matrix.cpu_class,
             "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
             "arms": {arm: {m: [s.metric(m) for s in samples] for m in METRICS} for arm, samples in result.samples.items()},
+            "phases": replay.power_row_phases(result.samples),
             "verdicts": {m: d.verdict.value for m, d in result.decisions.items()},
             "cores": {arm: [s.cpu for s in samples] for arm, samples in result.samples.items()},
             # each arm's CPU and wall seconds per round: how much of its core it got (a neighbour's share)
@@ -125,9 +126,6 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
             "wall_s": {arm: [s.wall_s for s in samples] for arm, samples in result.samples.items()}}
 
 
-def arm_rounds(gate: dict, arm: str) -> list[Round]:
-    values = gate["arms"][arm]
-    return [Round(**{m: values[m][i] for m in METRICS}, counters={}) for i in range(gate["rounds"])]
 
 
 def shifts(done: list[dict], level: tuple[str, float]) -> dict[str, float] | None:
@@ -153,7 +151,7 @@ def simulate(aa: list[dict], shift: dict[str, float], combo: Combination, settin
     `shift`."""
     blocks = []
     for g in aa:
-        base, cand, every = arm_rounds(g, "base"), arm_rounds(g, "candidate"), g.get("restart_every", ab.restart_every)
+        base, cand, every = replay.power_row_rounds(g, "base"), replay.power_row_rounds(g, "candidate"), g.get("restart_every", ab.restart_every)
         blocks += [list(zip(base[i:i + every], cand[i:i + every])) for i in range(0, len(base), every)]
     counts = {"regression": 0, "undecided": 0, "rounds": 0}
     for _ in range(trials):

@@ -224,7 +224,7 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
 
 def _ab_settings(session: PerfSession) -> ABSettings:
     return ABSettings(tolerance=session.config.getoption("perf_tolerance") or ABSettings().tolerance,
-                      tests=len(METRICS) * max(1, session.gated))
+                      combinations=max(1, session.gated))
 
 
 def _decide_ab(session: PerfSession, combo: Combination, gate: ABGate, note: str | None = None) -> None:

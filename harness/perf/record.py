@@ -28,6 +28,11 @@ COUNTERS = ("new_tokens", "drafted", "accepted", "target_forwards")
 PLAIN_PHASES = (phases.PREFILL, phases.TARGET_STEP)
 ASSISTED_PHASES = (phases.DRAFT_PREFILL, phases.VERIFY, phases.DRAFT_STEP, phases.OVERHEAD)
 ROUND_PHASES = PLAIN_PHASES + ASSISTED_PHASES
+# The phases the A/B gate decides on (lower is better), each read by the statistic of its passes
+# whose A/A spread was smallest (benchmarks/phase_spread.py, docs/perf-gate.md): the 10th
+# percentile for the one-token steps; the mean for the verification (about 10 passes a prompt, so
+# its 10th percentile is nearly its minimum) and for the overhead (one figure per run).
+GATED_PHASES = {phases.TARGET_STEP: "p10", phases.DRAFT_STEP: "p10", phases.VERIFY: "mean", phases.OVERHEAD: "mean"}
 
 
 class RecordError(IntegrityError):
@@ -49,6 +54,14 @@ class Round:
 
     def metric(self, name: str) -> float:
         return getattr(self, name)
+
+    def phase_ms(self, name: str) -> float | None:
+        """A gated phase's cost in this round, by its statistic (GATED_PHASES); None where the
+        round has no passes of it (an untimed round, an older worker, a combination without them)."""
+        cost = (self.phases or {}).get(name)
+        if cost is None or cost.calls == 0:
+            return None
+        return cost.low_ms if GATED_PHASES[name] == "p10" else cost.total_ms / cost.calls
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

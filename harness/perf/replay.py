@@ -24,7 +24,8 @@ from harness.perf.ab.gate import ABGate, ABSettings
 from harness.perf.ab.loadguard import LoadGuard
 from harness.perf.ab.revision import Tree
 from harness.perf.combinations import Combination, PerfSettings
-from harness.perf.record import Round, rounds_from
+from harness.perf.record import METRICS, Round, rounds_from
+from harness.measure.phases import PhaseCost
 from harness.perf.report import SCHEMA, SCHEMA_VERSION
 from harness.perf.runner import Runner
 
@@ -167,3 +168,19 @@ class RecordedRunner(Runner):
         done = self.recorded.popleft()
         self.samples.add(done)
         return done
+
+
+def power_row_rounds(row: dict[str, Any], arm: str) -> list[Round]:
+    """One arm's rounds from a gate of benchmarks/ab_power.py's data: each round's metrics and,
+    where the row kept them, its phases (what the gate decided on)."""
+    values, kept = row["arms"][arm], (row.get("phases") or {}).get(arm)
+    return [Round(**{m: values[m][i] for m in METRICS}, counters={},
+                  phases=None if not kept or kept[i] is None else {p: PhaseCost.from_dict(c) for p, c in kept[i].items()})
+            for i in range(row["rounds"])]
+
+
+def power_row_phases(samples: dict[str, list[Round]]) -> dict[str, list[dict[str, Any] | None]]:
+    """Each arm's rounds' phases as a row of benchmarks/ab_power.py's data keeps them."""
+    return {arm: [None if r.phases is None else {p: c.as_dict() for p, c in r.phases.items()} for r in rounds]
+            for arm, rounds in samples.items()}
+

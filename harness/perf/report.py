@@ -15,6 +15,7 @@ from harness.core.errors import ResultsError
 from harness.machine.provenance import Provenance
 from harness.workload.registry import PACKAGE_DIR
 from harness.perf.outcome import Outcome
+from harness.perf.ab import paired
 from harness.perf.stored import host
 from harness.perf.record import CombinationResult
 
@@ -37,8 +38,9 @@ def _row(r: dict[str, Any]) -> list[str]:
     if r["gate"] == "ab":
         ab = r["ab"]
         detail = f"{ab['mode']}, vs base {ab['base']}: " + ", ".join(
-            f"{m.replace('_tokens_per_sec', '')} {d['change'] * 100:+.1f}% [{(d['ci_low'] - 1) * 100:+.1f}, "
-            f"{(d['ci_high'] - 1) * 100:+.1f}]" for m, d in r["decisions"].items())
+            "{} {:+.1f}% [{:+.1f}, {:+.1f}]".format(m.replace("_tokens_per_sec", "") + (" time" if d.get("cost") else ""),
+                                                    *paired.shown(d["change"], d["ci_low"], d["ci_high"], d.get("cost", False)))
+            for m, d in r["decisions"].items())
         if ab["behaviour_changes"]:
             detail += f", counters differ on {len(ab['behaviour_changes'])} prompt(s)"
     elif r["verdict"] == Outcome.DEFERRED:
@@ -128,15 +130,18 @@ def ab_chart(results: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"plain_tokens_per_sec": "#8c8c8c", "assisted_tokens_per_sec": "#2a7ab9", "speedup": "#2e8b57"}
+    colors = {"plain_tokens_per_sec": "#8c8c8c", "assisted_tokens_per_sec": "#2a7ab9", "speedup": "#2e8b57",
+              "target_step": "#d2691e", "verify": "#8b008b", "draft_step": "#b8860b", "overhead": "#4b0082"}
     fig, axes = plt.subplots(len(results), 1, figsize=(9, 3.2 * len(results)), squeeze=False)
     for ax, r in zip(axes[:, 0], results):
         for i, (metric, ratios) in enumerate(r["ab"]["ratios"].items()):
             d = r["decisions"][metric]
             x = [n + 1 + (i - 1) * 0.15 for n in range(len(ratios))]
+            shown = paired.shown(d["change"], d["ci_low"], d["ci_high"], d.get("cost", False))
             ax.scatter(x, ratios, s=12, color=colors.get(metric, "black"), alpha=0.6,
-                       label=f"{metric.replace('_tokens_per_sec', ' tok/s')}: {d['verdict'].upper()} "
-                             f"{d['change'] * 100:+.1f}% [{(d['ci_low'] - 1) * 100:+.1f}, {(d['ci_high'] - 1) * 100:+.1f}]")
+                       label="{}: {} {:+.1f}% [{:+.1f}, {:+.1f}]".format(
+                           metric.replace("_tokens_per_sec", " tok/s") + (" time" if d.get("cost") else ""),
+                           d["verdict"].upper(), *shown))
             ax.axhspan(d["ci_low"], d["ci_high"], color=colors.get(metric, "black"), alpha=0.12)
         tolerance = next(iter(r["decisions"].values()))["tolerance"]
         ax.axhline(1.0, color="black", lw=0.8)
@@ -144,7 +149,7 @@ def ab_chart(results: list[dict[str, Any]], path: Path) -> None:
         ax.set_title(f"{r['combination']}: {r['verdict'].upper()}\ncandidate {r['ab']['candidate']} vs base {r['ab']['base']} ({r['ab']['mode']})",
                      fontsize=9)
         ax.set_xlabel("paired round")
-        ax.set_ylabel("candidate / base")
+        ax.set_ylabel("candidate / base\n(phases: base / candidate)")
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     _save(fig, path)

@@ -13,6 +13,7 @@ import pytest
 from harness.core import jsonio
 from harness.machine import provenance
 from harness.core.errors import ResultsError
+from harness.perf import report
 from harness.workload.registry import PACKAGE_DIR
 
 
@@ -64,7 +65,7 @@ def test_both_results_schemas_hold_the_record_and_nothing_else():
     defs = [s["properties"]["provenance"] for s in schemas]
     assert defs[0] == defs[1]
     assert set(defs[0]["properties"]) == set(defs[0]["required"]) == fields
-    doc = {"schema_version": 3, "harness_version": "x", "created": "now", "results": [],
+    doc = {"schema_version": report.SCHEMA_VERSION, "harness_version": "x", "created": "now", "results": [],
            "provenance": provenance.collect().as_dict()}
     jsonio.validate(doc, PACKAGE_DIR / "schemas" / "perf-results.schema.json", "results", ResultsError)
     doc["provenance"]["commit"] = "not a sha"

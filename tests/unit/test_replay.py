@@ -14,15 +14,14 @@ from harness.perf.ab.gate import ABSettings
 from harness.perf.combinations import PerfSettings
 from harness.perf.outcome import Outcome
 from harness.perf.record import METRICS, Round
-from harness.perf.replay import RecordedArm, ReplayError, ab_gate
+from harness.perf.replay import RecordedArm, ReplayError, ab_gate, power_row_rounds
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "ab_power_avx512-bf16_duet_quiet.jsonl"
 GATES = [json.loads(line) for line in DATA.read_text().splitlines()]
 
 
 def arm_rounds(gate: dict, arm: str) -> list[Round]:
-    values = gate["arms"][arm]
-    return [Round(**{m: values[m][i] for m in METRICS}, counters={}) for i in range(gate["rounds"])]
+    return power_row_rounds(gate, arm)
 
 
 def replayed(gate: dict, candidate: list[Round] | None = None, **ab):

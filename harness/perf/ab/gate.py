@@ -25,7 +25,7 @@ from harness.perf.outcome import Outcome, combine, settled
 from harness.perf.ab.arms import Arm
 from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.ab.loadguard import LoadGuard
-from harness.perf.record import METRICS, Round
+from harness.perf.record import GATED_PHASES, METRICS, Round
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +39,13 @@ class ABSettings:
     tolerance: float = 0.10
     family_alpha: float = paired.DEFAULT_FAMILY_ALPHA
     miss_rate: float = paired.DEFAULT_MISS_RATE
-    tests: int = len(METRICS)       # metrics x combinations in the whole gate run
+    combinations: int = 1           # combinations gated in the whole run (the false-alarm family)
     restart_every: int = 4          # so the first look (8 rounds) already spans two worker pairs
     seed: int = 0
 
-    def design(self, settings: PerfSettings) -> paired.Design:
-        return paired.Design(tolerance=self.tolerance, tests=self.tests,
+    def design(self, settings: PerfSettings, metrics: int) -> paired.Design:
+        """The thresholds for `metrics` decided metrics in each of the run's combinations."""
+        return paired.Design(tolerance=self.tolerance, tests=metrics * self.combinations,
                              looks=settings.looks(),
                              family_alpha=self.family_alpha, miss_rate=self.miss_rate)
 
@@ -66,7 +67,7 @@ class ABResult:
 
     @property
     def outcome(self) -> Outcome:
-        return combine((d.verdict for d in self.decisions.values()), behaviour_changed=bool(self.counter_differences))
+        return combine(gating(self.decisions), behaviour_changed=bool(self.counter_differences))
 
     def message(self) -> str:
         head = HEADLINES[self.outcome]
@@ -169,13 +170,33 @@ class ABGate:
             arm.send({"op": "round", "index": index})
         return {name: (arm.receive("round"), cores[name]) for name, arm in self.arms.items()}
 
+    def compared_phases(self) -> list[str]:
+        """The gated phases (GATED_PHASES) both arms report, with a positive cost, in every round."""
+        rounds = self.samples["base"] + self.samples["candidate"]
+        return [p for p in GATED_PHASES if rounds and all((v := r.phase_ms(p)) is not None and v > 0 for r in rounds)]
+
     def ratios(self) -> dict[str, list[float]]:
-        return {m: [c.metric(m) / b.metric(m) for b, c in zip(self.samples["base"], self.samples["candidate"])]
-                for m in METRICS}
+        """Per metric, per round: candidate / base for the tokens/s metrics, base / candidate for
+        the phases' costs, so that below 1 is slower for both."""
+        pairs = list(zip(self.samples["base"], self.samples["candidate"]))
+        out = {m: [c.metric(m) / b.metric(m) for b, c in pairs] for m in METRICS}
+        out.update({p: [b.phase_ms(p) / c.phase_ms(p) for b, c in pairs] for p in self.compared_phases()})
+        return out
 
     def decisions(self, at_cap: bool) -> dict[str, paired.PairedDecision]:
-        design = self.ab.design(self.settings)
-        return {m: paired.decide(m, r, design, at_cap=at_cap) for m, r in self.ratios().items()}
+        ratios = self.ratios()
+        design = self.ab.design(self.settings, metrics=len(ratios))
+        return {m: paired.decide(m, r, design, at_cap=at_cap, cost=m in GATED_PHASES) for m, r in ratios.items()}
+
+    def phase_note(self) -> str | None:
+        """One line naming the gated phases the arms could not compare, if any."""
+        missing = [p for p in GATED_PHASES if p not in self.compared_phases()]
+        if not missing:
+            return None
+        silent = [name for name, rounds in self.samples.items() if rounds and not all(r.phases for r in rounds)]
+        why = (f"the {' and '.join(silent)} arm's worker does not report phases (an older revision, or untimed: a GPU)"
+               if silent else "not every round has passes of them (a combination without a draft, or without plain steps)")
+        return f"phases not compared: {', '.join(missing)}: {why}; decided on what both arms report"
 
     def counter_differences(self) -> list[str]:
         if self.combo.decoding != "greedy":
@@ -199,7 +220,7 @@ class ABGate:
                     if progress:
                         progress(index, decisions)
                 decisions = self.decisions(at_cap=index >= s.max_rounds)
-                if index >= s.max_rounds or settled(d.verdict for d in decisions.values()):
+                if index >= s.max_rounds or _settled(decisions):
                     break
                 if index >= self.cap:  # a recording that ends before its gate decided: its cap
                     decisions = self.decisions(at_cap=True)
@@ -209,6 +230,29 @@ class ABGate:
             raise
         self.close()
         a, b = self.arms["base"].tree, self.arms["candidate"].tree
+        note = self.phase_note()
         return ABResult(self.combo.id, f"{a.label} {a.commit[:12]}", f"{b.label} {b.commit[:12]}", decisions,
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,
-                        self.counter_differences())
+                        self.counter_differences(), notes=[note] if note else [])
+
+
+def gating(decisions: dict[str, paired.PairedDecision]) -> list[Outcome]:
+    """The verdicts that make a combination's outcome: every tokens/s metric's, and a phase's only
+    when it regressed. A phase can fail the gate (a slower phase costs users time) but never makes
+    it UNDECIDED: its passes spread more than tokens/s under a noisy host (docs/perf-gate.md), and
+    an unsettled phase would turn gates UNDECIDED that tokens/s had decided."""
+    return [d.verdict for m, d in decisions.items()
+            if m in METRICS or (m in GATED_PHASES and d.verdict == Outcome.REGRESSION)]
+
+
+def suspect(d: paired.PairedDecision) -> bool:
+    """A phase not yet significant whose estimate is already slower than the regression threshold:
+    the gate goes on looking (up to its cap) rather than pass it."""
+    return d.cost and d.verdict == Outcome.INCONCLUSIVE and 1 + d.change < 1 - d.tolerance / 2
+
+
+def _settled(decisions: dict[str, paired.PairedDecision]) -> bool:
+    """The gate may stop: tokens/s settled (or anything regressed) and no phase is a suspect."""
+    if Outcome.REGRESSION in gating(decisions):
+        return True
+    return settled(gating(decisions)) and not any(suspect(d) for d in decisions.values())

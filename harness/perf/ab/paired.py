@@ -71,6 +71,15 @@ class Design:
         return split(self.miss_rate, self.looks)
 
 
+def shown(change: float, ci_low: float, ci_high: float, cost: bool) -> tuple[float, float, float]:
+    """(change, interval low, interval high) in percent as a reader expects them: for tokens/s
+    candidate / base - 1; for a phase's cost also candidate / base - 1, so a slower phase is positive."""
+    if not cost:
+        return change * 100, (ci_low - 1) * 100, (ci_high - 1) * 100
+    inverse = lambda r: (1 / r - 1) * 100 if r > 0 else math.inf  # noqa: E731
+    return inverse(1 + change), inverse(ci_high), inverse(ci_low)
+
+
 @dataclass
 class PairedDecision:
     metric: str
@@ -83,14 +92,24 @@ class PairedDecision:
     tolerance: float
     alpha: float       # per side, per look
     beta: float        # per look
+    cost: bool = False  # a phase's cost (ratios are base / candidate): shown as the candidate's time change
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def shown(self) -> tuple[float, float, float]:
+        return shown(self.change, self.ci_low, self.ci_high, self.cost)
+
     def describe(self) -> str:
         what = self.verdict.word
-        line = (f"{self.metric}: {what}, candidate/base {self.change * 100:+.1f}% "
-                f"({100 * (1 - 2 * self.alpha):.2f}% CI [{(self.ci_low - 1) * 100:+.1f}%, {(self.ci_high - 1) * 100:+.1f}%], "
+        change, low, high = self.shown()
+        if self.cost:
+            return (f"{self.metric} (time per pass): {what}, candidate/base {change:+.1f}% "
+                    f"({100 * (1 - 2 * self.alpha):.2f}% CI [{low:+.1f}%, {high:+.1f}%], {self.rounds} paired rounds; "
+                    f"regression when significant and beyond +{1 / (1 - self.tolerance / 2) - 1:.1%}; "
+                    "fails the gate, and keeps it looking while its estimate is beyond that)")
+        line = (f"{self.metric}: {what}, candidate/base {change:+.1f}% "
+                f"({100 * (1 - 2 * self.alpha):.2f}% CI [{low:+.1f}%, {high:+.1f}%], "
                 f"{100 * (1 - self.beta):.1f}% lower bound {(self.pass_bound - 1) * 100:+.1f}%, "
                 f"{self.rounds} paired rounds; regression when significant and beyond -{self.tolerance / 2:.1%}, "
                 f"pass when -{self.tolerance / 2:.1%} is ruled out)")
@@ -102,14 +121,16 @@ class PairedDecision:
 
 
 
-def decide(metric: str, ratios: Sequence[float], design: Design, *, at_cap: bool) -> PairedDecision:
-    """The verdict on one metric from its per-round candidate/base ratios."""
+def decide(metric: str, ratios: Sequence[float], design: Design, *, at_cap: bool, cost: bool = False) -> PairedDecision:
+    """The verdict on one metric from its per-round ratios, below 1 when the candidate is slower
+    (candidate / base for a rate; base / candidate for a phase's `cost`)."""
     d = [math.log(r) for r in ratios]
     n, tol = len(d), design.tolerance
     mean = statistics.fmean(d)
     if n < 2:
         verdict = Outcome.UNDECIDED if at_cap else Outcome.INCONCLUSIVE
-        return PairedDecision(metric, verdict, math.exp(mean) - 1, 0.0, math.inf, 0.0, n, tol, design.alpha, design.beta)
+        return PairedDecision(metric, verdict, math.exp(mean) - 1, 0.0, math.inf, 0.0, n, tol, design.alpha, design.beta,
+                              cost)
     se = statistics.stdev(d) / math.sqrt(n)
     half = t_quantile(1 - design.alpha, n - 1) * se
     low, high = mean - half, mean + half
@@ -123,4 +144,4 @@ def decide(metric: str, ratios: Sequence[float], design: Design, *, at_cap: bool
     else:
         verdict = Outcome.UNDECIDED if at_cap else Outcome.INCONCLUSIVE
     return PairedDecision(metric, verdict, math.exp(mean) - 1, math.exp(low), math.exp(high), math.exp(pass_bound),
-                          n, tol, design.alpha, design.beta)
+                          n, tol, design.alpha, design.beta, cost)

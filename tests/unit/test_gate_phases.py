@@ -1,0 +1,104 @@
+"""The A/B gate decides on the phases of a step too (harness/perf/ab/gate.py): replayed on the kept
+A/A gate whose rounds carry their phases (benchmarks/data/phase_spread_avx512-bf16_duet_quiet.json,
+AMD EPYC Zen 4 VM, 16 rounds side by side), with slowdowns planted into one phase of the
+candidate's recorded rounds. Tokens/s are left as recorded, so only the phase can catch them."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from harness.measure.phases import PhaseCost
+from harness.perf.ab.gate import ABSettings, gating
+from harness.perf.combinations import PerfSettings
+from harness.perf.outcome import Outcome
+from harness.perf.record import GATED_PHASES, METRICS, Round
+from harness.perf.replay import RecordedArm, Recording, ab_gate
+from harness.workload import registry
+
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "phase_spread_avx512-bf16_duet_quiet.json"
+AA = next(iter(Recording.load(DATA).gates.values()))
+
+
+def gate(candidate: list[Round], base: list[Round] | None = None, **ab):
+    settings = PerfSettings.from_matrix(registry.load_matrix())
+    combo = type("Combo", (), {"id": AA.combination, "decoding": "greedy"})()
+    return ab_gate(combo, settings, ABSettings(**ab), RecordedArm("base", "HEAD 0123456789ab", base or AA.base_rounds),
+                   RecordedArm("candidate", "working-tree 0123456789ab", candidate)).run()
+
+
+def slower(phase: str, fraction: float) -> list[Round]:
+    """The candidate's recorded rounds with one phase's passes `fraction` slower."""
+    def one(r: Round) -> Round:
+        c = r.phases[phase]
+        moved = PhaseCost(c.calls, c.total_ms * (1 + fraction), c.median_ms * (1 + fraction), c.low_ms * (1 + fraction))
+        return dataclasses.replace(r, phases={**r.phases, phase: moved})
+    return [one(r) for r in AA.rounds]
+
+
+def glue(ms: float) -> list[Round]:
+    """`ms` of host work added to every assisted step of the candidate's rounds."""
+    def one(r: Round) -> Round:
+        c = r.phases["overhead"]
+        per = c.total_ms / c.calls + ms
+        return dataclasses.replace(r, phases={**r.phases, "overhead": PhaseCost(c.calls, per * c.calls, per, per)})
+    return [one(r) for r in AA.rounds]
+
+
+def test_unchanged_code_passes_with_every_phase_compared():
+    result = gate(AA.rounds)
+    assert result.outcome == Outcome.PASS
+    assert set(result.decisions) == set(METRICS) | set(GATED_PHASES)
+    assert not any(d.verdict == Outcome.REGRESSION for d in result.decisions.values())
+    assert not result.notes
+
+
+@pytest.mark.parametrize("phase, fraction", [("draft_step", 0.10), ("verify", 0.10), ("target_step", 0.10)])
+def test_a_slower_phase_fails_the_gate_and_the_message_names_it(phase, fraction):
+    result = gate(slower(phase, fraction))
+    assert result.outcome == Outcome.REGRESSION
+    moved = [m for m, d in result.decisions.items() if d.verdict == Outcome.REGRESSION]
+    assert moved == [phase]
+    assert all(result.decisions[m].verdict != Outcome.REGRESSION for m in METRICS)
+    line = next(l for l in result.message().splitlines() if l.strip().startswith(phase))
+    assert "REGRESSION" in line, line
+    change, low, high = result.decisions[phase].shown()  # the candidate's time: slower is positive
+    assert 0 < low < change < high and 6 < change < 15, line
+
+
+def test_five_ms_of_glue_per_assisted_step_is_caught_in_the_overhead():
+    result = gate(glue(5.0))
+    assert result.outcome == Outcome.REGRESSION
+    assert [m for m, d in result.decisions.items() if d.verdict == Outcome.REGRESSION] == ["overhead"]
+
+
+def test_a_smaller_slowdown_than_half_the_tolerance_is_not_a_regression():
+    assert gate(slower("draft_step", 0.02)).outcome == Outcome.PASS
+
+
+def test_a_base_whose_worker_reports_no_phases_is_decided_on_tokens_per_second_with_one_line_saying_so():
+    old_base = [dataclasses.replace(r, phases=None) for r in AA.base_rounds]
+    result = gate(slower("draft_step", 0.10), base=old_base)
+    assert result.outcome == Outcome.PASS and set(result.decisions) == set(METRICS)
+    assert len(result.notes) == 1
+    assert "phases not compared" in result.notes[0] and "base arm's worker does not report phases" in result.notes[0]
+
+
+def test_a_phase_fails_the_gate_but_never_makes_it_undecided_and_holds_it_open_only_while_suspect():
+    """Phases can fail the gate; one that is merely unsettled leaves the outcome to tokens/s, and
+    keeps the gate looking only while its estimate is beyond the threshold."""
+    from harness.perf.ab.gate import _settled
+    from harness.perf.ab.paired import PairedDecision
+
+    def d(metric: str, verdict: Outcome, change: float = 0.0) -> PairedDecision:
+        return PairedDecision(metric, verdict, change, 0.9, 1.1, 0.97, 8, 0.1, 0.001, 0.01, cost=metric in GATED_PHASES)
+    decisions = {**{m: d(m, Outcome.PASS) for m in METRICS}, "overhead": d("overhead", Outcome.UNDECIDED),
+                 "verify": d("verify", Outcome.IMPROVEMENT), "target_step": d("target_step", Outcome.INCONCLUSIVE, -0.02)}
+    assert gating(decisions) == [Outcome.PASS] * len(METRICS)
+    assert _settled(decisions)  # an inconclusive phase within the threshold does not hold the gate
+    decisions["target_step"] = d("target_step", Outcome.INCONCLUSIVE, -0.07)  # 7.5% slower so far
+    assert not _settled(decisions)
+    decisions["draft_step"] = d("draft_step", Outcome.REGRESSION, -0.1)
+    assert Outcome.REGRESSION in gating(decisions) and _settled(decisions)
