@@ -12,6 +12,7 @@ measured more ends there, undecided where it had not decided, as at a live cap.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,6 +182,6 @@ def power_row_rounds(row: dict[str, Any], arm: str) -> list[Round]:
 
 def power_row_phases(samples: dict[str, list[Round]]) -> dict[str, list[dict[str, Any] | None]]:
     """Each arm's rounds' phases as a row of benchmarks/ab_power.py's data keeps them."""
-    return {arm: [None if r.phases is None else {p: c.as_dict() for p, c in r.phases.items()} for r in rounds]
-            for arm, rounds in samples.items()}
+    return {arm: [None if r.phases is None else {p: dataclasses.asdict(c) for p, c in r.phases.items()} for r in rounds]
+            for arm, rounds in samples.items()}  # unrounded: a replay sees what the live gate saw
 

@@ -16,8 +16,11 @@ from harness.perf.outcome import Outcome
 from harness.perf.record import METRICS, Round
 from harness.perf.replay import RecordedArm, ReplayError, ab_gate, power_row_rounds
 
-DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "ab_power_avx512-bf16_duet_quiet.jsonl"
-GATES = [json.loads(line) for line in DATA.read_text().splitlines()]
+DATA_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+DATA = DATA_DIR / "ab_power_avx512-bf16_duet_quiet.jsonl"
+# the quiet gates, and those whose rounds kept their phases (decided on them too)
+GATES = [json.loads(line) for path in (DATA, DATA_DIR / "ab_power_avx512-bf16_duet_quiet_phases.jsonl")
+         for line in path.read_text().splitlines()]
 
 
 def arm_rounds(gate: dict, arm: str) -> list[Round]:
