@@ -167,7 +167,6 @@ def _predict(sel: "selection.Selection") -> dict[str, Any]:
 def _run_split(plain: "GenerationResult", assisted: "GenerationResult", k: int) -> dict[str, Any] | None:
     """The same split bench prints, from the 48-token runs themselves: each phase's passes, the
     host overhead, and the speedup the run's own step costs predict beside the measured one."""
-    from harness.machine.predict import StepCosts
     from harness.measure import phases
 
     if not (plain.phases and assisted.phases and plain.time_per_token_ms and assisted.time_per_token_ms):
@@ -181,13 +180,10 @@ def _run_split(plain: "GenerationResult", assisted: "GenerationResult", k: int) 
             _say(f"  {line}")
         out[name] = {"phases": {p: c.as_dict() for p, c in r.phases.items()},
                      "accounting": account.as_dict() if account else None}
-    step = plain.phases.get(phases.TARGET_STEP)
-    verify, draft = assisted.phases.get(phases.VERIFY), assisted.phases.get(phases.DRAFT_STEP)
     measured = plain.time_per_token_ms / assisted.time_per_token_ms
     out["measured_speedup"] = measured
-    if step and verify and assisted.mean_accepted_length:
-        costs = StepCosts(target_ms=step.median_ms, verify_ms=verify.median_ms,
-                          draft_ms=draft.median_ms if draft else None, k=k)
+    costs = phases.step_costs(plain.phases, assisted.phases, k)
+    if costs and assisted.mean_accepted_length:
         out["predicted_speedup"] = predicted = costs.predict(assisted.mean_accepted_length)
         _say(f"measured speedup {measured:.2f}x; the run's own step costs predict {predicted:.2f}x "
              f"(c = {costs.c:.2f}, r = {costs.r:.2f}; host overhead excluded)")

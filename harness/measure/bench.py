@@ -87,7 +87,7 @@ class BenchResult:
         plain = {r.prompt_id: r for r in self.rows if r.configuration == Configuration(PLAIN).label}
         found = []
         for row in (r for r in self.rows if r.configuration == s.configuration):
-            costs = _step_costs(_row_phases(plain[row.prompt_id]) if row.prompt_id in plain else None,
+            costs = phases.step_costs(_row_phases(plain[row.prompt_id]) if row.prompt_id in plain else None,
                                 _row_phases(row), s.k)
             if costs and row.mean_accepted_length:
                 found.append(costs.predict(row.mean_accepted_length))
@@ -164,20 +164,9 @@ def step_costs(summary: list[Summary]) -> dict[int, StepCosts]:
     """K -> the step costs the run itself measured over all prompts: the plain arm's one-token
     step, the assisted arm's verification and draft step. Empty without both arms timed."""
     plain = next((s for s in summary if s.mode == PLAIN and s.phases), None)
-    found = {s.k: _step_costs(plain.phases if plain else None, s.phases, s.k)
+    found = {s.k: phases.step_costs(plain.phases if plain else None, s.phases, s.k)
              for s in summary if s.mode == ASSISTED and s.k is not None}
     return {k: c for k, c in found.items() if c is not None}
-
-
-def _step_costs(plain: dict[str, phases.PhaseCost] | None, assisted: dict[str, phases.PhaseCost] | None,
-                k: int) -> StepCosts | None:
-    """The step costs in the prediction's terms (harness/machine/predict.py): the plain arm's
-    target step, the assisted arm's verification and draft step (medians over their passes)."""
-    if not plain or not assisted or phases.TARGET_STEP not in plain or phases.VERIFY not in assisted:
-        return None
-    draft = assisted.get(phases.DRAFT_STEP)
-    return StepCosts(target_ms=plain[phases.TARGET_STEP].median_ms, verify_ms=assisted[phases.VERIFY].median_ms,
-                     draft_ms=draft.median_ms if draft else None, k=k)
 
 
 def _row_phases(row: Row) -> dict[str, phases.PhaseCost] | None:

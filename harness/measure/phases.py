@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from harness.machine.predict import StepCosts
+
 PREFILL, DRAFT_PREFILL = "prefill", "draft_prefill"
 TARGET_STEP, VERIFY, DRAFT_STEP, OVERHEAD = "target_step", "verify", "draft_step", "overhead"
 PASSES = (PREFILL, DRAFT_PREFILL, TARGET_STEP, VERIFY, DRAFT_STEP)
@@ -83,10 +85,6 @@ class Call:
     tokens: int
     start: float
     seconds: float
-
-    @property
-    def end(self) -> float:
-        return self.start + self.seconds
 
 
 def new_tokens(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
@@ -224,6 +222,18 @@ def combined(accounts: Iterable[Accounting | None]) -> Accounting | None:
         return None
     return Accounting(decode_tokens=sum(a.decode_tokens for a in given), measured_ms=sum(a.measured_ms for a in given),
                       passes_ms=sum(a.passes_ms for a in given), overhead_ms=sum(a.overhead_ms for a in given))
+
+
+def step_costs(plain: Mapping[str, PhaseCost] | None, assisted: Mapping[str, PhaseCost] | None,
+               k: int) -> StepCosts | None:
+    """The step costs in the prediction's terms (harness/machine/predict.py) from a run's own passes:
+    the plain arm's target step, the assisted arm's verification and draft step (medians). None
+    without a timed target step or verification."""
+    if not plain or not assisted or TARGET_STEP not in plain or VERIFY not in assisted:
+        return None
+    draft = assisted.get(DRAFT_STEP)
+    return StepCosts(target_ms=plain[TARGET_STEP].median_ms, verify_ms=assisted[VERIFY].median_ms,
+                     draft_ms=draft.median_ms if draft else None, k=k)
 
 
 def acceptance_by_position(drafted_per_step: Iterable[Sequence[int]],

@@ -253,6 +253,5 @@ def suspect(d: paired.PairedDecision) -> bool:
 
 def _settled(decisions: dict[str, paired.PairedDecision]) -> bool:
     """The gate may stop: tokens/s settled (or anything regressed) and no phase is a suspect."""
-    if Outcome.REGRESSION in gating(decisions):
-        return True
-    return settled(gating(decisions)) and not any(suspect(d) for d in decisions.values())
+    verdicts = gating(decisions)
+    return Outcome.REGRESSION in verdicts or (settled(verdicts) and not any(suspect(d) for d in decisions.values()))
