@@ -148,21 +148,27 @@ def test_a_round_carries_its_phases_and_refuses_malformed_ones():
 
 @pytest.mark.parametrize("into", ["verify", "glue"])
 def test_a_planted_verification_or_glue_slowdown_shows_in_its_own_phase(target, into):
-    """Planted 3x into the verification passes, or as host work before each: the phase it names
-    moves, the draft step does not, and glue stays outside every pass (it is overhead)."""
+    """Planted into the verification passes (3x), or as host work before each (10 times the pass):
+    the phase it names moves, the draft step does not, and the glue's time lands outside every pass
+    (in the overhead). A verification right after a spin runs somewhat colder (1.2-1.9x on these
+    sub-millisecond passes), so the glue case compares the time each phase gained, not ratios."""
     from harness.perf import plant
 
     ids = prompt(seed=2)
     draft = perturbed(target, 0.6, seed=3)
     slow_target = tiny_model("llama", seed=0)
-    (plant.PlantedGlue if into == "glue" else lambda m, f: plant.PlantedSlowdown(m, f, only_verify=True))(slow_target, 3.0)
+    if into == "glue":
+        plant.PlantedGlue(slow_target, 10.0)
+    else:
+        plant.PlantedSlowdown(slow_target, 3.0, only_verify=True)
     pooled = interleaved({"base": (target, draft), "slow": (slow_target, draft)}, ids)
     ratio = {p: pooled["slow"][p].median_ms / pooled["base"][p].median_ms for p in ("verify", "draft_step", "overhead")}
     moved = "verify" if into == "verify" else "overhead"
     assert ratio[moved] > 2.0, ratio
     assert 0.5 < ratio["draft_step"] < 1.6, ratio
     if into == "glue":
-        assert 0.5 < ratio["verify"] < 1.6, ratio
+        gained = {p: pooled["slow"][p].total_ms - pooled["base"][p].total_ms for p in ("verify", "overhead")}
+        assert gained["verify"] < 0.3 * gained["overhead"], (gained, ratio)
     plain = measure_generation(slow_target, ids, SETTINGS)  # the prefill and plain steps are not verifications
     plain_base = measure_generation(target, ids, SETTINGS)
     assert plain.phases["target_step"].median_ms < 2.0 * plain_base.phases["target_step"].median_ms
