@@ -2,7 +2,10 @@
 
 Runs whole A/B gates (harness/perf/ab/gate.py) of the working tree against a base revision, with a
 slowdown planted in the candidate's target forward pass (0 = A/A) or, as draft:F, in its draft's
-forward only, and records each finished gate (both arms' rounds) to a JSON-lines file, so an
+forward only (likewise verify:F, glue:F), or as env:F in a copy of transformers whose decoder layers
+are F slower, installed in an overlay of this environment that the candidate arm runs in (env:0: the
+unchanged copy, two environments that differ in one package only; harness/perf/plant_package.py), and
+records each finished gate (both arms' rounds) to a JSON-lines file, so an
 interrupted run resumes where it stopped. Each row names the host condition (quiet, or noisy under
 benchmarks/noisy_host.py), the arms' mode and the CPU class. Then prints, per level: detection
 (REGRESSION) and false-alarm rates, UNDECIDED, rounds and minutes per gate; and the same rates over
@@ -11,6 +14,7 @@ benchmarks/noisy_host.py), the arms' mode and the CPU class. Then prints, per le
 
     python benchmarks/ab_power.py --pair smollm2-135m+self --levels 0,0.10 --gates 5
     python benchmarks/ab_power.py --pair qwen-coder-1.5b+0.5b --levels 0,0.10,draft:0.20 --gates 20   # hours
+    python benchmarks/ab_power.py --pair qwen-coder-1.5b+0.5b --levels env:0,env:0.10 --gates 10      # across envs
     python benchmarks/noisy_host.py -- python benchmarks/ab_power.py --levels 0,0.10 --gates 20     # noisy
     python benchmarks/ab_power.py --gates 0 --out benchmarks/data/ab_power_avx512-bf16_duet_quiet.jsonl \
         --pair qwen-coder-1.5b+0.5b --levels 0,0.10 --duet on                    # the tables from kept rows
@@ -29,12 +33,13 @@ import time
 from pathlib import Path
 
 from harness.core import termination
+from harness.core.cachedir import cache_root
 from harness.workload import registry
 from pytest_benchmark.utils import parse_compare_fail
 
-from harness.perf import replay
+from harness.perf import plant_package, replay
 from harness.perf.plant import PLANT_INTO
-from harness.perf.ab import duet, revision
+from harness.perf.ab import duet, environment, revision
 from harness.perf.stored import stats
 from harness.perf.outcome import Outcome
 from harness.perf.ab.gate import ABGate, ABSettings
@@ -44,6 +49,7 @@ from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.record import METRICS, Round
 
 REPO = Path(__file__).resolve().parents[1]
+ENV = "env"  # a level planted in the candidate's Python environment (a slower copy of transformers)
 
 
 def parse_args(argv):
@@ -53,8 +59,9 @@ def parse_args(argv):
     p.add_argument("--levels", default="0,0.10",
                    help="slowdowns planted in the candidate's target forward; draft:F plants F into the draft's "
                         "forward only (plain decoding untouched), verify:F into the target's verification passes, "
-                        "glue:F as host work before each verification (harness/perf/plant.py), "
-                        "e.g. 0,0.10,draft:0.20")
+                        "glue:F as host work before each verification (harness/perf/plant.py); env:F runs the "
+                        "candidate in an overlay environment whose transformers' decoder layers are F slower "
+                        "(harness/perf/plant_package.py), e.g. 0,0.10,draft:0.20,env:0")
     p.add_argument("--gates", type=int, default=5, help="real gates per level (0: only the tables from the kept rows)")
     p.add_argument("--tolerance", type=float, default=ABSettings().tolerance)
     p.add_argument("--trials", type=int, default=5000, help="simulated gates per level")
@@ -82,11 +89,11 @@ def parse_level(text: str) -> tuple[str, float]:
     (--perf-plant-into's places: harness/perf/plant.py PLANT_INTO)."""
     into, _, fraction = text.rpartition(":")
     try:
-        if into in ("", *PLANT_INTO):
+        if into in ("", *PLANT_INTO, ENV):
             return into or "target", float(fraction)
     except ValueError:
         pass
-    raise SystemExit(f"--levels: {text!r}: give F or PLACE:F (a fraction; PLACE one of {', '.join(PLANT_INTO)}), "
+    raise SystemExit(f"--levels: {text!r}: give F or PLACE:F (a fraction; PLACE one of {', '.join((*PLANT_INTO, ENV))}), "
                      "e.g. 0,0.10,draft:0.20")
 
 
@@ -98,13 +105,23 @@ def label(level: tuple[str, float]) -> str:
     return f"{level[0]} {level[1]:.0%}"
 
 
-def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, restart_every, noise, into="target") -> dict:
+def candidate_environment(fraction: float, here: environment.Environment) -> environment.Environment:
+    """env:F: an overlay of this environment with transformers copied, its decoder layers F slower
+    (F = 0: unchanged), built once into the cache (harness/perf/ab/environment.py)."""
+    wheel = plant_package.transformers_wheel(cache_root() / "planted-wheels", fraction)
+    return environment.build(str(wheel), here, say=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+
+
+def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, restart_every, noise, into="target",
+             environments=None) -> dict:
     base, candidate = trees
+    base_env, candidate_env = environments or (None, None)
+    planted = level and into != ENV  # env:F is planted in the candidate's environment, not by its worker
 
     def load_request(arm: str) -> dict:
         return {"op": "load", "matrix": str(matrix.path), "combination": combo.as_request(),
                 "settings": dataclasses.asdict(settings),
-                "plant": {"fraction": level, "into": into} if arm == "candidate" and level else None}
+                "plant": {"fraction": level, "into": into} if arm == "candidate" and planted else None}
 
     start = time.perf_counter()
 
@@ -112,7 +129,8 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
         print(f"  round {done} ({(time.perf_counter() - start) / 60:.1f} min)", file=sys.stderr, flush=True)
 
     ab = ABSettings(tolerance=tolerance, seed=seed, restart_every=restart_every)
-    result = ABGate(combo, settings, Arm("base", base, env=plan.env()), Arm("candidate", candidate, env=plan.env()),
+    result = ABGate(combo, settings, Arm("base", base, env=plan.env(), environment=base_env),
+                    Arm("candidate", candidate, env=plan.env(), environment=candidate_env),
                     load_request, ab, guard=LoadGuard(noise=noise), plan=plan).run(progress)
     return {"level": level, "into": into, "tolerance": tolerance, "outcome": result.outcome.value, "rounds": result.rounds, "redone": result.redone,
             "restart_every": ab.restart_every, "mode": result.mode, "cpu_class": matrix.cpu_class,
@@ -120,6 +138,7 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
             "arms": {arm: {m: [s.metric(m) for s in samples] for m in METRICS} for arm, samples in result.samples.items()},
             "phases": replay.power_row_phases(result.samples),
             "verdicts": {m: d.verdict.value for m, d in result.decisions.items()},
+            "environments": {name: list(pair) for name, pair in result.environment_changes.items()},
             "cores": {arm: [s.cpu for s in samples] for arm, samples in result.samples.items()},
             # each arm's CPU and wall seconds per round: how much of its core it got (a neighbour's share)
             "cpu_s": {arm: [s.cpu_s for s in samples] for arm, samples in result.samples.items()},
@@ -134,7 +153,7 @@ def shifts(done: list[dict], level: tuple[str, float]) -> dict[str, float] | Non
     (plain and assisted tokens/s 1/(1+L), the speedup left alone); None when nothing says."""
     gates = [g for g in done if level_of(g) == level]
     into, fraction = level
-    if not fraction:
+    if not fraction and into != ENV:
         return {m: 1.0 for m in METRICS}
     if gates:
         return {m: math.exp(statistics.fmean(math.log(r) for g in gates for r in g["ratios"][m])) for m in METRICS}
@@ -187,6 +206,7 @@ def main(argv=None) -> int:
             and g.get("condition", "quiet") == args.condition and g.get("cpu_class", matrix.cpu_class) == matrix.cpu_class]
     done = [g for g in same if g.get("tolerance", ABSettings().tolerance) == args.tolerance]
     if args.gates:
+        here = environment.current()
         repo = revision.repository_root(REPO)
         trees = (revision.checkout(repo, args.against), revision.working_tree(repo))
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -196,15 +216,16 @@ def main(argv=None) -> int:
                 continue
             into, fraction = level
             print(f"[{combo.id}] {label(level)}: gate {i + 1}/{args.gates}", file=sys.stderr, flush=True)
+            envs = (here, candidate_environment(fraction, here)) if into == ENV else None
             gate = {"combination": combo.id, "condition": args.condition,
                     **run_gate(matrix, combo, settings, trees, fraction, args.tolerance, seed=i, plan=plan,
-                               restart_every=args.restart_every, noise=noise, into=into)}
+                               restart_every=args.restart_every, noise=noise, into=into, environments=envs)}
             with open(args.out, "a", encoding="utf-8") as fh:  # one line per finished gate: resumable
                 fh.write(json.dumps(gate) + "\n")
             done.append(gate)
             same.append(gate)
             print(f"  {gate['outcome']} after {gate['rounds']} rounds, {gate['minutes']:.1f} min", file=sys.stderr)
-    report(done, [g for g in same if not g["level"]], levels, combo, settings, plan, args)
+    report(done, [g for g in same if not g["level"] and g.get("into") != ENV], levels, combo, settings, plan, args)
     compare_gates(done, levels, settings, args.tolerance)
     return 0
 

@@ -24,8 +24,9 @@ from harness.workload import registry
 from harness.core.errors import HarnessError
 from harness.measure.generate import ASSISTED
 from harness.perf import replay
-from harness.perf.ab import duet, reference, revision
+from harness.perf.ab import duet, environment, reference, revision
 from harness.perf.ab.arms import Arm
+from harness.perf.ab.environment import Environment
 from harness.perf.ab.loadguard import LoadGuard
 from harness.perf.ab.gate import ABGate, ABResult, ABSettings
 from harness.perf.combinations import Combination, PerfSettings
@@ -45,14 +46,30 @@ class PerfUndecidedWarning(UserWarning):
     """The perf gate could not decide within its sample cap (see --perf-undecided)."""
 
 
-def ab_trees(session: "PerfSession", rev: str) -> tuple[revision.Tree, revision.Tree]:
-    """(base, candidate) of the A/B gate: REV (or the reference commit) checked out, and the working tree.
-    The session first takes the repository's A/B gate lock, and holds it to its end: a second gate on
-    this machine waits (saying for which process) instead of measuring beside this one."""
+def ab_trees(session: "PerfSession", rev: str | None) -> tuple[revision.Tree, revision.Tree]:
+    """(base, candidate) of the A/B gate: REV (or the reference commit) checked out, and the working tree;
+    without REV (another environment is the change) the working tree is both. The session first takes
+    the repository's A/B gate lock, and holds it to its end: a second gate on this machine waits
+    (saying for which process) instead of measuring beside this one."""
     repo = revision.repository_root(Path(harness.__file__).parent)
     session.hold(revision.gate_lock(repo), "A/B gate")
+    candidate = revision.working_tree(repo)
+    if rev is None:
+        return candidate, candidate
     sha = reference.read().commit if rev == reference.NAME else rev
-    return revision.checkout(repo, sha, label=rev), revision.working_tree(repo)
+    return revision.checkout(repo, sha, label=rev), candidate
+
+
+def ab_environments(session: "PerfSession") -> tuple[Environment, Environment]:
+    """(base, candidate) Python environments of the A/B gate: the candidate in this one, the base in
+    --perf-base-python's interpreter or --perf-base-env's overlay (built here once, saying each step)."""
+    opt = session.config.getoption
+    here = environment.current()
+    if opt("perf_base_python"):
+        return environment.from_python(opt("perf_base_python")), here
+    if opt("perf_base_env"):
+        return environment.build(opt("perf_base_env"), here, say=session.say), here
+    return here, here
 
 
 class PerfSession:
@@ -73,6 +90,9 @@ class PerfSession:
         self._baseline_docs: dict[str, dict[str, Any] | None] = {}  # device -> that platform's file, read once
         self.update_lines: list[str] = []
         self.trees: tuple[revision.Tree, revision.Tree] | None = None  # --perf-against: (base, candidate)
+        # the A/B arms' Python environments (base, candidate): this one for both unless --perf-base-python or
+        # --perf-base-env names the base's (harness/perf/ab/environment.py), resolved at configure or first use
+        self.environments: tuple[Environment, Environment] | None = None
         self.reference_trees: tuple[revision.Tree, revision.Tree] | None = None  # no stored baseline here
         self.gated = 0  # perf tests selected to run (the A/B gate's family of tests)
         self.nodeids: dict[str, str] = {}  # combination id -> its test's node id (--benchmark-json names them)
@@ -217,8 +237,12 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
                 "settings": dataclasses.asdict(session.settings), "plant": plant if arm == "candidate" else None}
 
     plan = session.plan
-    _decide_ab(session, combo, ABGate(combo, session.settings, Arm("base", base, env=plan.env()),
-                                      Arm("candidate", candidate, env=plan.env()), load_request,
+    if session.environments is None:
+        here = environment.current()
+        session.environments = (here, here)
+    base_env, candidate_env = session.environments
+    _decide_ab(session, combo, ABGate(combo, session.settings, Arm("base", base, env=plan.env(), environment=base_env),
+                                      Arm("candidate", candidate, env=plan.env(), environment=candidate_env), load_request,
                                       _ab_settings(session), guard=LoadGuard(noise=session.noise), plan=plan), note)
 
 
@@ -347,10 +371,19 @@ def _ab_result(session: PerfSession, combo: Combination, result: ABResult) -> Co
     cand = result.samples["candidate"]
     detail = ABDetail(base=result.base, candidate=result.candidate, mode=result.mode,
                       base_rounds=result.samples["base"], ratios=result.ratios, redone=result.redone,
-                      restarts=result.restarts, behaviour_changes=result.counter_differences)
+                      restarts=result.restarts, behaviour_changes=result.counter_differences,
+                      environments=_environments(result))
     return CombinationResult(combo.id, session.platform_id(combo.device), "ab", result.outcome, cand,
                              acceptance_rate=acceptance_rate(cand[0].counters), notes=result.notes,
                              decisions={m: d.as_dict() for m, d in result.decisions.items()}, ab=detail)
+
+
+def _environments(result: ABResult) -> dict[str, Any] | None:
+    """The arms' environments as results.json keeps them (harness/perf/record.py ABDetail)."""
+    if not result.environments:
+        return None
+    return {**{arm: env.to_json() for arm, env in result.environments.items()},
+            "differences": {name: list(pair) for name, pair in result.environment_changes.items()}}
 
 
 def _baseline_or_skip(session: PerfSession, combo: Combination) -> dict[str, Any] | None:

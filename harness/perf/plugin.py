@@ -23,7 +23,7 @@ from harness.history import store as history_store
 from harness.perf import benchmark_json, plant, replay, to_history
 from harness.perf.ab import duet, loadguard
 from harness.perf.combinations import combinations
-from harness.perf.gates import PerfSession, ab_trees
+from harness.perf.gates import PerfSession, ab_environments, ab_trees
 from harness.perf.stored import baselines, host, placement
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="A/B gate: measure the working tree against git revision REV (sha, branch, tag, HEAD~1, or "
                      "'reference': baselines/reference.json) in "
                      "one job, instead of against stored baselines")
+    g.addoption("--perf-base-python", default=None, metavar="PATH",
+                help="A/B gate: run the base arm under this Python interpreter (another virtual environment's "
+                     "bin/python) and the candidate under this one: a library upgrade gated like a commit; the "
+                     "base runs the working tree's code, or REV's with --perf-against")
+    g.addoption("--perf-base-env", default=None, metavar="SPEC",
+                help="A/B gate: run the base arm in this environment with SPEC installed over it (a requirement "
+                     "such as transformers==5.22.0, a local wheel, or a requirements file), built once into a "
+                     "cached virtual environment; the results name both environments' versions")
 
 
 # The options that had no --perf- prefix: still read under their old spelling, which says its new name once.
@@ -141,13 +149,18 @@ def _check_options(config: pytest.Config) -> None:
     planted = config.getoption("perf_plant_slowdown")
     if not 0 <= planted <= 10:
         bad("--perf-plant-slowdown", f"{planted}: give a fraction between 0 and 10")
-    if config.getoption("perf_against") and config.getoption("perf_update_baselines"):
-        bad("--perf-against", "cannot be combined with --perf-update-baselines (an A/B run stores no baseline)")
+    if config.getoption("perf_base_python") and config.getoption("perf_base_env"):
+        bad("--perf-base-python", "cannot be combined with --perf-base-env (the base runs in one environment)")
+    for flag, dest in (("--perf-against", "perf_against"), ("--perf-base-python", "perf_base_python"),
+                       ("--perf-base-env", "perf_base_env")):
+        if config.getoption(dest) and config.getoption("perf_update_baselines"):
+            bad(flag, "cannot be combined with --perf-update-baselines (an A/B run stores no baseline)")
     if planted and config.getoption("perf_update_baselines"):
         bad("--perf-plant-slowdown", "cannot be combined with --perf-update-baselines (it would store a slowed baseline)")
     if config.getoption("perf_replay"):
         for flag, dest in (("--perf-update-baselines", "perf_update_baselines"), ("--perf-against", "perf_against"),
-                           ("--perf-plant-slowdown", "perf_plant_slowdown")):
+                           ("--perf-plant-slowdown", "perf_plant_slowdown"), ("--perf-base-python", "perf_base_python"),
+                           ("--perf-base-env", "perf_base_env")):
             if config.getoption(dest):
                 bad("--perf-replay", f"cannot be combined with {flag} (a replay measures nothing)")
     directory = Path(config.getoption("perf_baselines_dir"))
@@ -201,13 +214,18 @@ def pytest_configure(config: pytest.Config) -> None:
             session.recording = replay.Recording.load(Path(config.getoption("perf_replay")))
         except HarnessError as exc:
             raise pytest.UsageError(str(exc)) from None
-    if config.getoption("perf_against"):
+    against = config.getoption("perf_against")
+    if against or config.getoption("perf_base_python") or config.getoption("perf_base_env"):
         try:
-            session.trees = ab_trees(session, config.getoption("perf_against"))
+            session.trees = ab_trees(session, against)
         except HarnessError as exc:
             message = str(exc)
-            prefix = f"--perf-against {config.getoption('perf_against')}: "
+            prefix = f"--perf-against {against}: "
             raise pytest.UsageError(message if message.startswith("--perf-against") else prefix + message) from None
+        try:
+            session.environments = ab_environments(session)
+        except HarnessError as exc:
+            raise pytest.UsageError(str(exc)) from None
     config.stash[_STATE] = session
 
 

@@ -143,6 +143,9 @@ class ABDetail:
     redone: int                           # round pairs measured again after a disturbance
     restarts: int                         # worker pairs restarted
     behaviour_changes: list[str]          # greedy counters that differ between the arms
+    # the arms' Python environments, {"base": {python, label, versions}, "candidate": {...}, "differences":
+    # {package: [base's version, candidate's]}} (harness/perf/ab/environment.py); None: replayed, or before schema 5
+    environments: dict[str, Any] | None = None
 
 
 @dataclass

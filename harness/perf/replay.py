@@ -59,6 +59,13 @@ def _without_phases(entry: Any) -> Any:
     return entry
 
 
+def _without_environments(entry: Any) -> Any:
+    """A version-4 result with its A/B detail given the field version 5 added, as null."""
+    if isinstance(entry, dict) and isinstance(entry.get("ab"), dict):
+        return {**entry, "ab": {**entry["ab"], "environments": None}}
+    return entry
+
+
 @dataclass(frozen=True)
 class Recording:
     path: Path
@@ -75,7 +82,9 @@ class Recording:
         if version == 2:  # the same rounds, written before results recorded where they came from
             doc, version = {**doc, "schema_version": 3, "provenance": None}, 3
         if version == 3:  # the same rounds, written before rounds recorded their phases
-            doc = {**doc, "schema_version": SCHEMA_VERSION, "results": [_without_phases(r) for r in doc.get("results", [])]}
+            doc, version = {**doc, "schema_version": 4, "results": [_without_phases(r) for r in doc.get("results", [])]}, 4
+        if version == 4:  # the same rounds, written before A/B results named the arms' environments
+            doc = {**doc, "schema_version": SCHEMA_VERSION, "results": [_without_environments(r) for r in doc.get("results", [])]}
         elif version != SCHEMA_VERSION:
             raise ReplayError(f"--perf-replay {path}: schema_version {version!r}, this harness replays 2 to "
                               f"{SCHEMA_VERSION} (a results.json of an older harness has no rounds to replay)")
@@ -99,6 +108,7 @@ class RecordedArm:
     """An A/B arm that answers from recorded rounds instead of a worker (the Arm interface the gate uses)."""
 
     process = None  # nothing to pin, nothing for the load guard to watch
+    environment = None  # no interpreter runs it: the recording's entry names the environments it ran in
 
     def __init__(self, name: str, described: str, rounds: list[Round]):
         revision, _, sha = described.rpartition(" ")

@@ -220,3 +220,37 @@ def test_a_bad_revision_is_a_usage_error(tiny, rev, message):
                         str(matrix), "--perf-against", rev], capture_output=True, text=True, cwd=REPO, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
     assert r.returncode == 4 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_gate_across_environments_names_both_and_the_package_they_differ_in(tiny, tmp_path):
+    """--perf-base-env with a copy of transformers whose decoder layers spin 3x their time: the
+    base arm runs the working tree in that overlay, the candidate here. Its results name both
+    environments and the one package that differs, and its rounds show the base's passes slower
+    (the plumbing; a verdict on a tiny model's milliseconds is not this test's business)."""
+    from harness.perf import plant_package
+    from harness.perf.ab import environment
+
+    wheel = plant_package.transformers_wheel(tmp_path, 3.0)
+    r, rec = ab(tiny, "--perf-base-env", str(wheel), "--perf-repeats", "4", "--perf-max-repeats", "4", against=None)
+    assert rec, r.stdout[-3000:] + r.stderr[-3000:]
+    envs = rec["ab"]["environments"]
+    version = environment.current().packages["transformers"]
+    assert envs["differences"] == {"transformers": [version + "+planted3.00", version]}
+    assert envs["base"]["versions"]["transformers"] == version + "+planted3.00"
+    assert envs["candidate"]["versions"]["transformers"] == version and envs["candidate"]["label"] == "this environment"
+    assert rec["ab"]["base"].startswith("working tree") and f"in --perf-base-env {wheel}" in rec["ab"]["base"]
+    assert f"--perf-base-env {wheel}: pip install" in r.stdout + r.stderr, r.stderr  # the build said what it did
+    slower = [b["phases"]["target_step"]["median_ms"] / c["phases"]["target_step"]["median_ms"]
+              for b, c in zip(rec["ab"]["base_rounds"], rec["rounds"])]
+    assert statistics.median(slower) > 1.5, slower
+    assert not workers_left()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--perf-base-python", "/nonexistent/bin/python"], "--perf-base-python /nonexistent/bin/python: no such interpreter"),
+    (["--perf-base-python", sys.executable, "--perf-base-env", "x"], "--perf-base-python: cannot be combined with "
+                                                                      "--perf-base-env"),
+])
+def test_a_base_environment_that_cannot_be_used_is_a_usage_error(tiny, args, message):
+    r, _ = ab(tiny, *args, against=None)
+    assert r.returncode == 4 and message in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]

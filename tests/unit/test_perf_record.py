@@ -75,3 +75,14 @@ def test_one_vocabulary_for_a_combination():
     assert combine([Outcome.PASS], behaviour_changed=True) == Outcome.REGRESSION  # greedy counters differ
     assert settled([Outcome.REGRESSION, Outcome.INCONCLUSIVE]) and not settled([Outcome.PASS, Outcome.INCONCLUSIVE])
     assert not Outcome.DEFERRED.gated and not Outcome.STAGED.gated and Outcome.UNDECIDED.gated
+
+
+def test_an_arm_environment_in_results_is_what_the_environment_writes():
+    from harness.perf.ab.environment import current
+
+    written = current().to_json()
+    assert set(DEFS["environment"]["properties"]) == set(DEFS["environment"]["required"]) == set(written)
+    detail = ABDetail("HEAD abc", "working tree def", "duet", [a_round(cpu=1)], {m: [1.0] for m in METRICS}, 0, 0, [],
+                      environments={"base": written, "candidate": written, "differences": {"torch": ["2.13.0", None]}})
+    jsonio.validate(results_doc(CombinationResult("c", "p", "ab", Outcome.PASS, [a_round(cpu=0)], ab=detail)),
+                    report.SCHEMA, "results", ResultsError)

@@ -1,4 +1,5 @@
-"""An arm of the A/B gate: one worker process (harness/perf/ab/worker.py) running one tree's code.
+"""An arm of the A/B gate: one worker process (harness/perf/ab/worker.py) running one tree's code
+in one Python environment (harness/perf/ab/environment.py: this one, or the base's own).
 
 The controller talks to it in JSON lines with a timeout on every answer. A worker that crashes,
 hangs or answers with an error ends the gate with one line naming the arm, its commit and its log
@@ -23,6 +24,7 @@ from typing import Any
 from harness.core import locks
 from harness.core.errors import UnsupportedHereError
 from harness.workload.models import cache_root
+from harness.perf.ab.environment import Environment, current
 from harness.perf.ab.revision import Tree
 from harness.perf.ab.worker import PROTOCOL
 
@@ -40,8 +42,10 @@ LOG_PREFIX = "ab-arm-"  # + owner pid: the logs of a killed gate are swept by th
 class Arm:
     """One worker process: start, request, restart, close."""
 
-    def __init__(self, name: str, tree: Tree, *, timeout_s: float = 1800.0, env: dict[str, str] | None = None):
+    def __init__(self, name: str, tree: Tree, *, timeout_s: float = 1800.0, env: dict[str, str] | None = None,
+                 environment: Environment | None = None):
         self.name, self.tree, self.timeout_s = name, tree, timeout_s
+        self.environment = environment or current()  # the interpreter the worker runs under
         self.env = dict(env or {})  # set for the worker on top of ours (duet: one thread per pool)
         self.process: subprocess.Popen | None = None
         locks.sweep(Path(tempfile.gettempdir()), LOG_PREFIX)
@@ -52,12 +56,13 @@ class Arm:
 
     @property
     def label(self) -> str:
-        return f"{self.name} ({self.tree.label}, {self.tree.commit[:12]})"
+        where = "" if self.environment.python == sys.executable else f", {self.environment.label}"
+        return f"{self.name} ({self.tree.label}, {self.tree.commit[:12]}{where})"
 
     def start(self) -> None:
         env = {**os.environ, **self.env, "PYTHONPATH": str(self.tree.path), "HARNESS_CACHE_DIR": str(cache_root())}
         with open(self.log_path, "a", encoding="utf-8") as err:
-            self.process = subprocess.Popen([*locks.dies_with_parent(), sys.executable, "-m", self.tree.worker],
+            self.process = subprocess.Popen([*locks.dies_with_parent(), self.environment.python, "-m", self.tree.worker],
                                             cwd=self.tree.path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                             stderr=err, text=True, start_new_session=True)
         self._buffer = b""

@@ -23,6 +23,7 @@ from harness.core.errors import BadInputError
 from harness.perf.ab import duet, paired
 from harness.perf.outcome import Outcome, combine, settled
 from harness.perf.ab.arms import Arm
+from harness.perf.ab.environment import Environment
 from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.ab.loadguard import LoadGuard
 from harness.perf.record import GATED_PHASES, METRICS, Round
@@ -64,6 +65,25 @@ class ABResult:
     mode: str                                 # how the arms' rounds ran: "duet" (side by side) or "interleaved"
     counter_differences: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    environments: dict[str, Environment] | None = None  # arm -> the environment its worker ran in (None: replayed)
+
+    @property
+    def environment_changes(self) -> dict[str, tuple[str | None, str | None]]:
+        """Every package whose version differs between the arms' environments: name -> (base's, candidate's)."""
+        envs = self.environments
+        return envs["base"].differences(envs["candidate"]) if envs else {}
+
+    def environment_line(self) -> str | None:
+        """Where the arms ran in two environments: both, and what differs between them."""
+        envs = self.environments
+        if not envs or envs["base"].python == envs["candidate"].python:
+            return None
+        changes = self.environment_changes
+        differ = ("; they differ in " + ", ".join(f"{name} {b or 'absent'} (base) / {c or 'absent'} (candidate)"
+                                                  for name, (b, c) in changes.items())
+                  if changes else "; they report the same packages at the same versions")
+        return (f"environments: base {envs['base'].label} ({envs['base'].python}), candidate "
+                f"{envs['candidate'].label} ({envs['candidate'].python}){differ}")
 
     @property
     def outcome(self) -> Outcome:
@@ -76,6 +96,8 @@ class ABResult:
                  "restarts):"]
         lines += ["  " + d.describe() for d in self.decisions.values()]
         lines += [f"  behaviour change: {c}" for c in self.counter_differences]
+        if environments := self.environment_line():
+            lines.append("  " + environments)
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -229,11 +251,20 @@ class ABGate:
             self.close(ask=False)
             raise
         self.close()
-        a, b = self.arms["base"].tree, self.arms["candidate"].tree
         note = self.phase_note()
-        return ABResult(self.combo.id, f"{a.label} {a.commit[:12]}", f"{b.label} {b.commit[:12]}", decisions,
+        environments = {name: getattr(arm, "environment", None) for name, arm in self.arms.items()}
+        return ABResult(self.combo.id, self.described("base"), self.described("candidate"), decisions,
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,
-                        self.counter_differences(), notes=[note] if note else [])
+                        self.counter_differences(), notes=[note] if note else [],
+                        environments=environments if all(environments.values()) else None)
+
+    def described(self, name: str) -> str:
+        """An arm as results name it: its revision and commit, and its environment where it has its own."""
+        arm = self.arms[name]
+        own = getattr(arm, "environment", None)
+        other = getattr(self.arms["candidate" if name == "base" else "base"], "environment", None)
+        where = f" in {own.label}" if own and other and own.python != other.python else ""
+        return f"{arm.tree.label} {arm.tree.commit[:12]}{where}"
 
 
 def gating(decisions: dict[str, paired.PairedDecision]) -> list[Outcome]:
