@@ -54,9 +54,16 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
+def _entry(arcname: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type, info.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
+    return info
+
+
 def write_wheel(out_dir: Path, name: str, version: str, files: Mapping[str, bytes]) -> Path:
     """A py3-none-any wheel of `files` (path inside the wheel -> bytes) in out_dir, its RECORD
-    written, and its METADATA and WHEEL where `files` has none; written whole or not at all."""
+    written, and its METADATA and WHEEL where `files` has none; written whole or not at all, and
+    the same bytes for the same files (no timestamps: the environment cache keys on its hash)."""
     name = re.sub(r"[-_.]+", "_", name)
     info = f"{name}-{version}.dist-info"
     files = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
@@ -70,10 +77,10 @@ def write_wheel(out_dir: Path, name: str, version: str, files: Mapping[str, byte
     try:
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
             for arcname, data in files.items():
-                z.writestr(arcname, data)
+                z.writestr(_entry(arcname), data)
                 writer.writerow((arcname, _record_hash(data), len(data)))
             writer.writerow((f"{info}/RECORD", "", ""))
-            z.writestr(f"{info}/RECORD", record.getvalue())
+            z.writestr(_entry(f"{info}/RECORD"), record.getvalue())
         partial.replace(wheel)
     finally:
         partial.unlink(missing_ok=True)

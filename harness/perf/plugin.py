@@ -172,6 +172,7 @@ def _check_options(config: pytest.Config) -> None:
                                     "--perf-update-baselines")
 
 
+@pytest.hookimpl(trylast=True)  # after the terminal reporter is registered: a base environment's build says its steps there
 def pytest_configure(config: pytest.Config) -> None:
     # SIGTERM (a CI job cancelled) ends the session as Ctrl-C does: fixtures torn down, A/B workers and
     # sandboxed runs closed, their folders and logs removed (harness/core/termination.py)

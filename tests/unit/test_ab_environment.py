@@ -135,3 +135,10 @@ def test_the_planted_transformers_slows_every_decoder_layer(cache, here, tmp_pat
     best = {name: min(ts) for name, ts in times.items()}
     assert best["planted"] > 2.0 * best["here"], best
     assert best["copy"] < 1.4 * best["here"], best
+
+
+def test_a_copied_wheel_is_the_same_bytes_each_time(tmp_path):
+    """The environment cache keys on the wheel's hash: writing the same copy again must not make
+    another environment."""
+    first = plant_package.wheel_of("filelock", tmp_path / "a", local="copy").read_bytes()
+    assert plant_package.wheel_of("filelock", tmp_path / "b", local="copy").read_bytes() == first

@@ -18,6 +18,7 @@ succeeded: a failed build keeps nothing. Every failure is one line naming the op
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -168,14 +169,14 @@ def build(spec: str, parent: Environment | None = None, *, root: Path | None = N
         work = root / (locks.owned_name(PARTIAL) + digest)
         try:
             _make_overlay(work, parent, spec, step)
-            probe(str(work / "bin" / "python"), label, SPEC_OPTION)
+            built = probe(str(work / "bin" / "python"), label, SPEC_OPTION)
             (work / "ready").write_text(json.dumps({"spec": spec, "parent": parent.python}) + "\n")
             work.rename(final)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
         step(f"built in {final}")
-        return probe(python, label, SPEC_OPTION)
+        return dataclasses.replace(built, python=python)
 
 
 def _make_overlay(work: Path, parent: Environment, spec: str, step: Callable[[str], None]) -> None:
