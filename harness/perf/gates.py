@@ -237,9 +237,7 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
                 "settings": dataclasses.asdict(session.settings), "plant": plant if arm == "candidate" else None}
 
     plan = session.plan
-    if session.environments is None:
-        here = environment.current()
-        session.environments = (here, here)
+    session.environments = session.environments or ab_environments(session)  # the reference fallback: first use
     base_env, candidate_env = session.environments
     _decide_ab(session, combo, ABGate(combo, session.settings, Arm("base", base, env=plan.env(), environment=base_env),
                                       Arm("candidate", candidate, env=plan.env(), environment=candidate_env), load_request,

@@ -252,7 +252,7 @@ class ABGate:
             raise
         self.close()
         note = self.phase_note()
-        environments = {name: getattr(arm, "environment", None) for name, arm in self.arms.items()}
+        environments = {name: arm.environment for name, arm in self.arms.items()}
         return ABResult(self.combo.id, self.described("base"), self.described("candidate"), decisions,
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,
                         self.counter_differences(), notes=[note] if note else [],
@@ -261,8 +261,7 @@ class ABGate:
     def described(self, name: str) -> str:
         """An arm as results name it: its revision and commit, and its environment where it has its own."""
         arm = self.arms[name]
-        own = getattr(arm, "environment", None)
-        other = getattr(self.arms["candidate" if name == "base" else "base"], "environment", None)
+        own, other = arm.environment, self.arms["candidate" if name == "base" else "base"].environment
         where = f" in {own.label}" if own and other and own.python != other.python else ""
         return f"{arm.tree.label} {arm.tree.commit[:12]}{where}"
 
