@@ -175,8 +175,9 @@ def _run_split(plain: "GenerationResult", assisted: "GenerationResult", k: int) 
     for name, r in (("plain", plain), ("assisted", assisted)):
         account = phases.accounting(r.phases, r.decode_tokens, r.decode_s * 1000.0)
         _say(f"{name} run, phases from the run itself:")
+        drafted, accepted = r.draft_steps()
         for line in phases.lines(r.phases, account, phases.acceptance_by_position(
-                [r.drafted_per_step], [r.accepted_per_step]) if r.drafted_per_step else None):
+                [drafted], [accepted]) if r.drafted_per_step else None):
             _say(f"  {line}")
         out[name] = {"phases": {p: c.as_dict() for p, c in r.phases.items()},
                      "accounting": account.as_dict() if account else None}

@@ -15,9 +15,9 @@ import torch
 
 from harness.core import descriptive
 from harness.measure import interleave, phases
-from harness.workload import models, prompts
+from harness.workload import fused_draft, models, prompts
 from harness.workload.decode import DecodeSettings
-from harness.core.errors import HarnessError
+from harness.core.errors import BadInputError, HarnessError
 from harness.measure.generate import ASSISTED, PLAIN, measure_generation
 from harness.machine.predict import StepCosts
 from harness.core.progress import bar as progress_bar
@@ -81,12 +81,15 @@ class BenchResult:
     def predicted(self, s: Summary) -> float | None:
         """The speedup the run's step costs predict for this configuration: per prompt, E / (K c + r)
         from that prompt's own passes and acceptance, then the median over prompts (as the
-        measured speedup is). None without timed passes of both arms."""
-        if s.mode != ASSISTED or s.k is None:
+        measured speedup is). None without timed passes of both arms, and with --lookup-first (its
+        lookup steps draft nothing, so K c + r is not what they cost)."""
+        rows = [r for r in self.rows if r.configuration == s.configuration]
+        if s.mode != ASSISTED or s.k is None or any(x.get("lookup_per_step") is not None
+                                                    for r in rows for x in r.samples):
             return None
         plain = {r.prompt_id: r for r in self.rows if r.configuration == Configuration(PLAIN).label}
         found = []
-        for row in (r for r in self.rows if r.configuration == s.configuration):
+        for row in rows:
             costs = phases.step_costs(_row_phases(plain[row.prompt_id]) if row.prompt_id in plain else None,
                                 _row_phases(row), s.k)
             if costs and row.mean_accepted_length:
@@ -123,6 +126,11 @@ def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
     if cfg.run_assisted and sel.draft is not None:
         draft = models.load(sel.draft.spec, sel.draft.precision, sel.device, draft_vocab=sel.draft.draft_vocab,
                             attention=attention)
+        if sel.decode.fused_draft:
+            try:  # built here once, so that an architecture the loop cannot run is named before any run
+                fused_draft.fused(draft.model)
+            except ValueError as exc:
+                raise BadInputError(f"--fused-draft: draft {sel.draft.name}: {exc}") from None
     prompt_list = prompts.load_prompts(sel.prompt_set, target.tokenizer, limit=cfg.limit)
     encoded = [prompts.encode(p, target.tokenizer, chat_template=sel.prompt_set.chat_template) for p in prompt_list]
     configs = cfg.configurations()
@@ -254,6 +262,6 @@ def _phase_fields(runs: list[GenerationResult], assisted: bool) -> dict[str, Any
         out["accounting"] = phases.combined(phases.accounting(r.phases, r.decode_tokens, r.decode_s * 1000.0)
                                             for r in timed)
     if assisted and runs and all(r.drafted_per_step is not None for r in runs):
-        out["acceptance_by_position"] = phases.acceptance_by_position(
-            (r.drafted_per_step for r in runs), (r.accepted_per_step for r in runs))
+        steps = [r.draft_steps() for r in runs]
+        out["acceptance_by_position"] = phases.acceptance_by_position([d for d, _ in steps], [a for _, a in steps])
     return out

@@ -22,6 +22,8 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 from harness.core import timing
 from harness.measure import phases
 from harness.workload.decode import ASSISTED, PLAIN, PROMPT_LOOKUP, DecodeSettings
+from harness.workload.fused_draft import FusedDraftGenerator, fused
+from harness.workload.lookup_first import LOOKUP, LookupFirst
 from harness.measure.record import GenerationResult
 
 
@@ -54,25 +56,39 @@ class StopOnSequences(StoppingCriteria):
 class _LoopCounters:
     drafted_per_step: list[int] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
+    lookup_per_step: list[bool] | None = None  # --lookup-first: whether the lookup, not the draft, proposed
 
 
 @contextlib.contextmanager
 def _instrumented(target: torch.nn.Module, assistant: torch.nn.Module | None, counters: _LoopCounters,
-                  timer: phases.PassTimer) -> Iterator[None]:
+                  timer: phases.PassTimer, settings: DecodeSettings, k: int | None) -> Iterator[None]:
     """Time (or on a GPU count) the target's and the draft's forward passes, and wrap the candidate
-    generator so that its calls report what was drafted and accepted."""
+    generator so that its calls report what was drafted and accepted; with --fused-draft the draft
+    runs in its fused loop (harness/workload/fused_draft.py), with --lookup-first behind a prompt
+    lookup (harness/workload/lookup_first.py)."""
     handles = timer.attach(target, "target")
-    if assistant is not None:
-        handles += timer.attach(assistant, "draft")
+    if assistant is not None:  # the draft's passes: the model's, or with --fused-draft the fused loop's
+        handles += timer.attach(fused(assistant) if settings.fused_draft else assistant, "draft")
     build = target._get_candidate_generator
 
     def build_counting(*args: Any, **kwargs: Any) -> Any:
         generator = build(*args, **kwargs)
+        if settings.fused_draft and assistant is not None:
+            generator = FusedDraftGenerator(fused(assistant), k=k,
+                                            max_length=generator.main_model_max_length, eos_token_id=_eos_ids(target))
+        if settings.lookup_first and assistant is not None:
+            generator = LookupFirst(generator, min_ngram=settings.lookup_first,
+                                    max_ngram=max(settings.prompt_lookup_ngram, settings.lookup_first),
+                                    eos_token_id=_eos_ids(target))
+            counters.lookup_per_step = []
+        lookup_first = generator if isinstance(generator, LookupFirst) else None
         get_candidates, update = generator.get_candidates, generator.update_candidate_strategy
 
         def counting_get_candidates(input_ids: torch.LongTensor, *a: Any, **kw: Any) -> Any:
             candidates, logits = get_candidates(input_ids, *a, **kw)
             counters.drafted_per_step.append(int(candidates.shape[1] - input_ids.shape[1]))
+            if lookup_first is not None:
+                counters.lookup_per_step.append(lookup_first.sources[-1] == LOOKUP)
             return candidates, logits
 
         def counting_update(input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int) -> Any:
@@ -90,6 +106,12 @@ def _instrumented(target: torch.nn.Module, assistant: torch.nn.Module | None, co
         for handle in handles:
             handle.remove()
         del target._get_candidate_generator  # the instance attribute; the class method is back
+
+
+def _eos_ids(target: torch.nn.Module) -> torch.Tensor | None:
+    eos = target.generation_config.eos_token_id
+    eos = target.config.eos_token_id if eos is None else eos
+    return None if eos is None else torch.tensor(eos if isinstance(eos, list) else [eos])
 
 
 def reset_assistant(assistant: torch.nn.Module, settings: DecodeSettings, k: int) -> None:
@@ -160,7 +182,7 @@ def measure_generation(
     clock = timing.device_clock(input_ids.device)  # on CUDA each read waits for the queued work
     timer = phases.PassTimer(clock, timed=clock is time.perf_counter)  # per pass only where a read waits for nothing
     torch.manual_seed(settings.seed)
-    with _instrumented(target, assistant, counters, timer), torch.inference_mode():
+    with _instrumented(target, assistant, counters, timer, settings, k), torch.inference_mode():
         cpu0, t0 = time.process_time(), clock()
         out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
         t1, cpu1 = clock(), time.process_time()
@@ -187,6 +209,7 @@ def _result(mode: str, prompt_len: int, tokens: list[int], total_s: float, cpu_s
         result.accepted = sum(steps)
         result.accepted_per_step = list(steps)
         result.drafted_per_step = list(counters.drafted_per_step)
+        result.lookup_per_step = None if counters.lookup_per_step is None else list(counters.lookup_per_step)
         result.mean_accepted_length = new_tokens / len(steps) if steps else None
     result.time_per_token_ms, result.tokens_per_sec = decode_metrics(
         total_s, prefill_s, new_tokens, new_tokens - result.decode_tokens)

@@ -35,6 +35,9 @@ Metric definitions:
   accounting         a configuration's decode phase: sum(calls x median) of its passes beside the
                      measured wall time, and the overhead outside the passes
   acceptance_by_position  for drafted position i, the share of steps drafting it whose target kept it
+                     (the draft model's steps; --lookup-first's lookup steps are not among them)
+  lookup_per_step    --lookup-first: per verification step, whether a prompt lookup proposed its
+                     candidates instead of the draft (harness/workload/lookup_first.py)
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ class GenerationResult(Measurement):
     mode: str  # plain | assisted | prompt-lookup
     accepted_per_step: list[int] | None = None
     drafted_per_step: list[int] | None = None
+    lookup_per_step: list[bool] | None = None  # --lookup-first: the steps whose candidates a prompt lookup proposed
     tokens: list[int] = field(default_factory=list)
     phases: dict[str, PhaseCost] | None = None  # phase -> its passes' costs (CPU only: harness/measure/phases.py)
 
@@ -96,6 +100,14 @@ class GenerationResult(Measurement):
         phases = doc.get("phases")
         return cls(mode=mode, **{**doc, "phases": None if phases is None else
                                  {name: PhaseCost.from_dict(cost) for name, cost in phases.items()}})
+
+    def draft_steps(self) -> tuple[list[int], list[int]]:
+        """(drafted, accepted) of each step whose candidates the draft model proposed (a
+        --lookup-first step is left out): what the acceptance by drafted position is made of."""
+        drafted, accepted = self.drafted_per_step or [], self.accepted_per_step or []
+        looked_up = self.lookup_per_step or [False] * len(drafted)
+        keep = [i for i, lookup in enumerate(looked_up) if not lookup]
+        return [drafted[i] for i in keep], [accepted[i] for i in keep]
 
     @property
     def decode_tokens(self) -> int:

@@ -24,7 +24,7 @@ from harness.machine.provenance import collect as collect_provenance
 from harness.measure.record import COLUMNS, Summary
 from harness.workload.registry import PACKAGE_DIR
 
-RESULTS_SCHEMA_VERSION = 5  # 2: speedup_vs_reference per row and summary; 3: provenance (harness/machine/provenance.py); 4: the selection with its origins (harness/workload/selection.py); 5: per-phase costs (harness/measure/phases.py)
+RESULTS_SCHEMA_VERSION = 6  # 2: speedup_vs_reference per row and summary; 3: provenance (harness/machine/provenance.py); 4: the selection with its origins (harness/workload/selection.py); 5: per-phase costs (harness/measure/phases.py); 6: lookup_per_step (--lookup-first)
 RESULTS_SCHEMA = PACKAGE_DIR / "schemas" / "bench-results.schema.json"
 
 def _table(headers: list[str], body: list[list[str]], markdown: bool) -> str:
@@ -83,7 +83,25 @@ def render_summary(result: BenchResult) -> str:
             line += f"; predicted {predicted:.2f}x from the run's step costs (harness/machine/predict.py)"
         lines.append(line)
         lines += [f"{'':>18}{text}" for text in phase_lines(s)]
+        if (lookup := lookup_line(result, s)) is not None:
+            lines.append(f"{'':>18}{lookup}")
     return "\n".join(lines)
+
+
+def lookup_line(result: BenchResult, s: Summary) -> str | None:
+    """--lookup-first: how many verification steps a prompt lookup proposed, and what they gained."""
+    steps = looked_up = gained = 0
+    for row in result.rows:
+        for sample in row.samples if row.configuration == s.configuration else ():
+            flags = sample.get("lookup_per_step")
+            steps += len(flags or ())
+            for flag, accepted in zip(flags or (), sample.get("accepted_per_step") or ()):
+                looked_up += flag
+                gained += (accepted + 1) if flag else 0
+    if not steps:
+        return None
+    per_step = f", {gained / looked_up:.2f} new tokens a lookup step" if looked_up else ""
+    return f"lookup first: {looked_up} of {steps} steps proposed by the prompt lookup ({looked_up / steps:.0%}){per_step}"
 
 
 def phase_lines(s: Summary) -> list[str]:
@@ -171,6 +189,8 @@ def read_json(path: Path) -> dict[str, Any]:
         doc = {**doc, "schema_version": 4, "selection": None}  # before values recorded where they came from
     if isinstance(doc, dict) and doc.get("schema_version") == 4:
         doc = _migrate_v4(doc)
+    if isinstance(doc, dict) and doc.get("schema_version") == 5:
+        doc = _migrate_v5(doc)
     validate_results(doc, str(path))
     return doc
 
@@ -191,6 +211,15 @@ def _migrate_v4(doc: dict[str, Any]) -> dict[str, Any]:
                    if isinstance(r, dict) else r for r in doc.get("rows", [])]
     doc["summary"] = [{**s, "phases": None, "accounting": None, "acceptance_by_position": None}
                       if isinstance(s, dict) else s for s in doc.get("summary", [])]
+    return doc
+
+
+def _migrate_v5(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 had no --lookup-first: every step's candidates came from the draft (or the lookup alone)."""
+    doc = {**doc, "schema_version": 6}
+    doc["rows"] = [{**r, "samples": [{**x, "lookup_per_step": None} if isinstance(x, dict) else x
+                                     for x in r.get("samples", [])]}
+                   if isinstance(r, dict) else r for r in doc.get("rows", [])]
     return doc
 
 

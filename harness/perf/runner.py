@@ -165,8 +165,8 @@ def round_phases(plain: list[GenerationResult], assisted: list[GenerationResult]
                 **{k: v for k, v in phases.pooled(r.phases for r in assisted).items() if k in ASSISTED_PHASES}}
         out["phases"] = mine or None
     if assisted and all(r.drafted_per_step is not None for r in assisted):
-        out["acceptance_by_position"] = phases.acceptance_by_position(
-            (r.drafted_per_step for r in assisted), (r.accepted_per_step for r in assisted))
+        steps = [r.draft_steps() for r in assisted]
+        out["acceptance_by_position"] = phases.acceptance_by_position([d for d, _ in steps], [a for _, a in steps])
     return out
 
 

@@ -24,4 +24,7 @@ class DecodeSettings:
     schedule: str = "constant"  # transformers' num_assistant_tokens_schedule
     confidence_threshold: float = 0.0
     prompt_lookup_ngram: int = PROMPT_LOOKUP_NGRAM
+    lookup_first: int = 0       # assisted: a context end of this many tokens seen before proposes what followed
+    #                             it instead of the draft (harness/workload/lookup_first.py); 0: the draft always
+    fused_draft: bool = False   # assisted, greedy: the draft runs in its fused loop (harness/workload/fused_draft.py)
     stop_sequences: tuple[str, ...] = ()

@@ -58,6 +58,8 @@ class Request:
     draft_precision: str | None = None
     ks: tuple[int, ...] | None = None  # several: bench's K sweep (plain runs shared)
     prompt_lookup: int | None = None   # prompt-lookup decoding with N candidate tokens instead of a draft
+    lookup_first: int | None = None    # a prompt lookup before the draft, on a matching context end of N tokens
+    fused_draft: bool = False          # the draft in its fused decode loop (harness/workload/fused_draft.py)
     reference_precision: str | None = None
     draft_vocab: int | None = None
     attention: str | None = None
@@ -82,7 +84,9 @@ class Request:
 OPTION = {"target_precision": "--target-precision", "draft_precision": "--draft-precision",
           "reference_precision": "--reference-precision", "ks": "--num-assistant-tokens",
           "draft_vocab": "--draft-vocab", "preset": "--preset", "pair": "--pair", "target": "--target",
-          "draft": "--draft", "prompt_lookup": "--prompt-lookup", "attention": "--attention",
+          "draft": "--draft", "prompt_lookup": "--prompt-lookup", "lookup_first": "--lookup-first",
+          "fused_draft": "--fused-draft", "do_sample": "--do-sample", "schedule": "--schedule",
+          "confidence_threshold": "--confidence-threshold", "attention": "--attention",
           "platform": "--platform", "task": "--task"}
 
 
@@ -146,7 +150,10 @@ class Selection:
             return f"{role} {m.name + ' ' if names else ''}{m.precision} ({self.origin(role + '_precision')})"
 
         draft = f", {model('draft', self.draft)}" if self.draft else ", prompt lookup"
-        return f"{model('target', self.target)}{draft}, K={','.join(map(str, self.ks))} ({self.origin('k')})"
+        lookup = (f", prompt lookup first on {self.decode.lookup_first} matching tokens ({self.origin('lookup_first')})"
+                  if self.decode.lookup_first else "")
+        lookup += f", fused draft loop ({self.origin('fused_draft')})" if self.decode.fused_draft else ""
+        return f"{model('target', self.target)}{draft}, K={','.join(map(str, self.ks))} ({self.origin('k')}){lookup}"
 
     def as_values(self) -> dict[str, Any]:
         return {"target": self.target.name, "target_precision": self.target.precision,
@@ -154,8 +161,8 @@ class Selection:
                 "draft_precision": self.draft.precision if self.draft else None,
                 "k": list(self.ks), "draft_vocab": self.draft_vocab, "reference_precision": self.reference_precision,
                 "attention": self.attention.implementation, "schedule": self.decode.schedule,
-                "confidence_threshold": self.decode.confidence_threshold,
-                "max_new_tokens": self.decode.max_new_tokens, "task": self.task, "prompt_set": self.prompt_set.name}
+                "confidence_threshold": self.decode.confidence_threshold, "lookup_first": self.decode.lookup_first,
+                "fused_draft": self.decode.fused_draft, "max_new_tokens": self.decode.max_new_tokens, "task": self.task, "prompt_set": self.prompt_set.name}
 
     def as_dict(self) -> dict[str, Any]:
         """The results files' record: each value and where it came from."""
@@ -226,6 +233,10 @@ def resolve(matrix: Matrix, request: Request = Request()) -> Selection:
                             "(python -m harness pairs lists them)")
     src = _Sources(matrix, pair, pair.preset(r.preset, matrix.cpu_class) if (pair and r.preset) else None)
     target, draft = _models(matrix, r, pair, src, opt)
+    if r.lookup_first is not None and draft is None:
+        raise BadInputError(f"{opt['lookup_first']} {r.lookup_first}: a lookup before the draft needs a draft model; "
+                           f"this run has none ({opt['prompt_lookup'] if r.prompt_lookup is not None else 'its pair has none'}"
+                           f"): drop {opt['lookup_first']}")
     if r.prompt_lookup is not None:
         ks = src.given("k", (r.prompt_lookup,))
     elif r.ks:
@@ -250,9 +261,12 @@ def resolve(matrix: Matrix, request: Request = Request()) -> Selection:
     prompt_set = _prompt_set(matrix, r, task, pair, src)
     name = pair.name if pair and not (r.target or r.draft) else _pair_name(matrix, target.spec,
                                                                              draft.spec if draft else None)
+    decode = _decode(matrix, r, task, prompt_set, src)
+    if decode.fused_draft:
+        _check_fused_draft(decode, draft, opt)
     return Selection(
         pair=name, target=target, draft=draft, ks=tuple(ks),
-        decode=_decode(matrix, r, task, prompt_set, src), reference_precision=reference, attention=attention,
+        decode=decode, reference_precision=reference, attention=attention,
         platform=platform_name, device=device, task=task, prompt_set=prompt_set, cpu_class=matrix.cpu_class,
         preset=src.preset, origins=MappingProxyType(dict(src.origins)), reasons=src.reasons())
 
@@ -309,7 +323,9 @@ def _decode(matrix: Matrix, r: Request, task: str, prompt_set: PromptSetSpec, sr
         top_p=(1.0 if r.top_p is None else r.top_p) if r.do_sample else 1.0, seed=r.seed,
         schedule=src.layered("schedule", r.schedule),
         confidence_threshold=src.layered("confidence_threshold", r.confidence_threshold),
-        prompt_lookup_ngram=matrix.defaults.prompt_lookup_ngram, stop_sequences=prompt_set.stop_sequences)
+        prompt_lookup_ngram=matrix.defaults.prompt_lookup_ngram,
+        lookup_first=src.given("lookup_first", r.lookup_first) or 0,
+        fused_draft=bool(src.given("fused_draft", r.fused_draft or None)), stop_sequences=prompt_set.stop_sequences)
 
 
 def _check_request(matrix: Matrix, r: Request, opt: Mapping[str, str]) -> None:
@@ -322,9 +338,25 @@ def _check_request(matrix: Matrix, r: Request, opt: Mapping[str, str]) -> None:
     if r.ks is not None and (not r.ks or min(r.ks) < 1):
         raise BadInputError(f"{opt['ks']} {','.join(map(str, r.ks))}: K is the number of drafted tokens per "
                            "step, 1 or more")
+    if r.lookup_first is not None and not 1 <= r.lookup_first <= matrix.defaults.prompt_lookup_ngram:
+        raise BadInputError(f"{opt['lookup_first']} {r.lookup_first}: the matching context end is 1 to "
+                           f"{matrix.defaults.prompt_lookup_ngram} tokens (defaults.prompt_lookup_ngram in {matrix.path})")
     if r.prompt_lookup is not None and (r.draft or r.ks):
         raise BadInputError(f"{opt['prompt_lookup']} {r.prompt_lookup}: prompt lookup replaces the draft; "
                            f"drop {opt['draft'] if r.draft else opt['ks']}")
+
+
+def _check_fused_draft(decode: DecodeSettings, draft: ModelChoice | None, opt: Mapping[str, str]) -> None:
+    """The fused draft loop drafts greedily, a constant K, with a draft model (harness/workload/fused_draft.py)."""
+    flag = opt["fused_draft"]
+    if draft is None:
+        raise BadInputError(f"{flag}: the fused loop runs a draft model; this run has none (prompt lookup): drop {flag}")
+    if decode.do_sample:
+        raise BadInputError(f"{flag}: the fused draft loop drafts greedily; drop {opt['do_sample']} or {flag}")
+    if decode.schedule != "constant" or decode.confidence_threshold:
+        what = (f"{opt['schedule']} {decode.schedule}" if decode.schedule != "constant" else
+                f"{opt['confidence_threshold']} {decode.confidence_threshold}")
+        raise BadInputError(f"{flag}: the fused draft loop drafts a constant K tokens a step; drop {what} or {flag}")
 
 
 def _via(origin: str) -> str:

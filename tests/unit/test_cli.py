@@ -27,6 +27,27 @@ def tiny_matrix(tmp_path_factory):
     return write_local_matrix(tmp_path_factory.mktemp("tiny"))
 
 
+def test_bench_with_the_fused_draft_and_the_lookup_first(tiny_matrix, tmp_path):
+    """--fused-draft and --lookup-first end to end: the same tokens as plain, the settings in the
+    results, and the lookup's share of steps on the terminal."""
+    out = tmp_path / "r.json"
+    r = cli("--matrix", str(tiny_matrix), "bench", "--no-progress", "-k", "3", "--max-new-tokens", "24",
+            "--fused-draft", "--lookup-first", "1", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "fused draft loop (given)" in r.stdout and "prompt lookup first on 1 matching tokens (given)" in r.stdout
+    assert "same tokens as plain on 3/3 prompts" in r.stdout
+    assert "steps proposed by the prompt lookup" in r.stdout
+    doc = read_json(out)
+    assert doc["settings"]["fused_draft"] is True and doc["settings"]["lookup_first"] == 1
+    assert doc["selection"]["values"]["fused_draft"] is True
+    samples = [x for row in doc["rows"] if row["mode"] == "assisted" for x in row["samples"]]
+    assert samples and all(len(x["lookup_per_step"]) == len(x["accepted_per_step"]) for x in samples)
+    bad = cli("--matrix", str(tiny_matrix), "bench", "--no-progress", "--fused-draft", "--do-sample")
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("error: ")]
+    assert bad.returncode != 0 and len(errors) == 1, bad.stderr
+    assert errors[0].startswith("error: --fused-draft: the fused draft loop drafts greedily"), bad.stderr
+
+
 def test_bench_compare_on_tiny_local_models(tiny_matrix, tmp_path):
     out, md = tmp_path / "r.json", tmp_path / "r.md"
     r = cli("--matrix", str(tiny_matrix), "bench", "--no-progress", "-k", "2,4", "--repeats", "2",
@@ -39,7 +60,7 @@ def test_bench_compare_on_tiny_local_models(tiny_matrix, tmp_path):
     assert "Summary (medians over prompts):" in r.stdout
     assert "assisted k=4: median" in r.stdout and "same tokens as plain on 3/3 prompts" in r.stdout
     doc = read_json(out)  # validated against the schema on read too
-    assert doc["schema_version"] == 5 and doc["pair"] == "tiny+draft"
+    assert doc["schema_version"] == 6 and doc["pair"] == "tiny+draft"
     origin = doc["provenance"]  # the commit this test runs from, the machine, and the probe taken before the run
     assert origin["commit"] == subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                                               cwd=os.path.dirname(__file__)).stdout.strip()

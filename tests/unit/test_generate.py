@@ -27,15 +27,20 @@ def drafts(target):
     return {"unrelated": unrelated, "perturbed": perturbed(target, 0.6, seed=3)}
 
 
-def replay_acceptance(target_tokens: list[int], draft, prompt_ids: torch.LongTensor, k: int) -> list[int]:
+def replay_acceptance(target_tokens: list[int], draft, prompt_ids: torch.LongTensor, k: int,
+                      lookup_steps: list[bool] | None = None, lookup=None) -> list[int]:
     """What the acceptance per verification step must be, rebuilt from the final tokens alone:
     at each step the draft greedily proposes up to k tokens from the accepted prefix, the longest
-    prefix that agrees with the output is accepted, then one target token follows."""
+    prefix that agrees with the output is accepted, then one target token follows. With
+    `lookup_steps`, the steps flagged propose `lookup(prefix_ids, n)` instead (--lookup-first)."""
     pos, accepted = 0, []
     while pos < len(target_tokens):
         n = min(k, len(target_tokens) - pos - 1)  # transformers leaves room for the target's token
         proposal: list[int] = []
-        if n > 0:
+        if lookup_steps is not None and lookup_steps[len(accepted)]:
+            prefix = torch.cat([prompt_ids, torch.tensor([target_tokens[:pos]], dtype=torch.long)], dim=1)
+            proposal = lookup(prefix[0].tolist(), n) or []
+        elif n > 0:
             prefix = torch.cat([prompt_ids, torch.tensor([target_tokens[:pos]], dtype=torch.long)], dim=1)
             out = draft.generate(prefix, attention_mask=torch.ones_like(prefix), max_new_tokens=n,
                                  min_new_tokens=n, do_sample=False, pad_token_id=0)

@@ -124,7 +124,7 @@ def test_bench_preset_runs_the_reference_arm_and_records_both_precisions(tiny_ma
     old = tmp_path / "v1.json"
     old.write_text(json.dumps(v1))
     read = report.read_json(old)
-    assert read["schema_version"] == 5 and all(r["speedup_vs_reference"] is None for r in read["rows"])
+    assert read["schema_version"] == report.RESULTS_SCHEMA_VERSION and all(r["speedup_vs_reference"] is None for r in read["rows"])
     assert read["provenance"] is None  # measured before results recorded where they came from
     assert read["selection"] is None  # ... and before they recorded where each value came from
 

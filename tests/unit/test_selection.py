@@ -59,6 +59,10 @@ def test_decode_settings_are_built_here_and_mean_the_same_for_every_caller(tiny)
     assert code.decode.stop_sequences == tiny.prompt_set("humaneval-all").stop_sequences
     lookup = resolve(tiny, Request(pair="tiny+draft", prompt_lookup=5))
     assert (lookup.mode, lookup.draft, lookup.ks) == ("prompt-lookup", None, (5,))
+    assert s.decode.lookup_first == 0 and s.as_values()["lookup_first"] == 0
+    first = resolve(tiny, Request(pair="tiny+draft", lookup_first=2))
+    assert (first.mode, first.decode.lookup_first, first.origin("lookup_first")) == ("assisted", 2, "given")
+    assert first.as_values()["lookup_first"] == 2 and "prompt lookup first on 2 matching tokens" in first.headline()
 
 
 @pytest.mark.parametrize("request_, option, allowed", [
@@ -70,6 +74,10 @@ def test_decode_settings_are_built_here_and_mean_the_same_for_every_caller(tiny)
     (Request(pair="tiny+draft", attention="flash"), "--attention flash", "On cpu: eager, sdpa"),
     (Request(pair="tiny+draft", prompt_lookup=4, ks=(6,)), "--prompt-lookup 4", "drop --num-assistant-tokens"),
     (Request(pair="tiny+drafts"), "Unknown pair 'tiny+drafts'", "Did you mean 'tiny+draft'?"),
+    (Request(pair="tiny+lookup", lookup_first=2), "--lookup-first 2", "needs a draft model"),
+    (Request(pair="tiny+draft", prompt_lookup=4, lookup_first=2), "--lookup-first 2", "needs a draft model"),
+    (Request(pair="tiny+draft", lookup_first=0), "--lookup-first 0", "1 to 3 tokens"),
+    (Request(pair="tiny+draft", lookup_first=4), "--lookup-first 4", "1 to 3 tokens"),
 ])
 def test_bad_input_is_one_line_naming_the_option_the_value_and_what_is_allowed(tiny, request_, option, allowed):
     with pytest.raises(HarnessError) as info:

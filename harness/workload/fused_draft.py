@@ -1,0 +1,228 @@
+"""The draft's decode loop without transformers' `generate` (`--fused-draft`, issue: a draft step at
+half its cost).
+
+A draft step of the default pair's 0.5B draft spends about 60% of its time in its int8 GEMMs and the
+rest in what surrounds them: about 1,700 small operator calls a step through transformers' layers
+and cache, and `generate`'s own work for each drafted token (logits processors, stopping criteria,
+cache bookkeeping); benchmarks/draft_step.py measures the split. Here the same weights run in a
+loop of a few dozen lines, in the manner of gpt-fast:
+
+  - the linear layers that read the same input are one call: q, k and v; gate and up. For torch's
+    dynamically quantized int8 layers (`w8af32-tensor`) the int8 rows and their per-channel scales
+    are concatenated and packed once; the activations are quantized once per call with one scale
+    either way, so the fused call computes exactly what the separate ones did;
+  - the KV cache is a preallocated tensor per layer, written in place and read as a view: no
+    concatenation per step, and dropping rejected tokens is setting a length;
+  - drafting K tokens is a Python loop of argmax and forward, nothing else.
+
+The draft only proposes: the target verifies every token, so the output is the target's whatever
+the draft computes. What must hold is that this loop proposes what the draft model would (its
+logits equal transformers' within float rounding, tested on tiny models of each supported
+architecture), or acceptance would fall.
+
+Supported: decoder-only models built of RMSNorm, rotary attention (grouped-query) and a gated MLP
+(transformers' Llama and Qwen2 families, the suite's drafts); greedy decoding with a constant K. The
+selection refuses the rest in one line (harness/workload/selection.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.generation.candidate_generator import CandidateGenerator
+
+log = logging.getLogger(__name__)
+
+ARCHITECTURES = ("llama", "qwen2")  # config.model_type values whose layers this loop reproduces
+
+
+def _dynamic_int8(module: nn.Module) -> bool:
+    """torch's dynamically quantized Linear (torch.ao.nn.quantized.dynamic.Linear) with int8 weights."""
+    packed = getattr(module, "_packed_params", None)
+    return packed is not None and getattr(packed, "dtype", None) == torch.qint8
+
+
+class _PackedInt8(nn.Module):
+    """Several dynamically quantized int8 layers with per-channel weight scales as one: their int8
+    rows, scales and biases concatenated and packed for fbgemm once."""
+
+    def __init__(self, layers: list[nn.Module]) -> None:
+        super().__init__()
+        rows, scales, zeros, biases = [], [], [], []
+        for layer in layers:
+            weight, bias = layer._packed_params._weight_bias()
+            rows.append(weight.int_repr())
+            scales.append(weight.q_per_channel_scales())
+            zeros.append(weight.q_per_channel_zero_points())
+            biases.append(bias if bias is not None else torch.zeros(weight.shape[0]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=UserWarning)  # torch 2.13 notes quantized tensors as deprecated
+            weight = torch._make_per_channel_quantized_tensor(torch.cat(rows), torch.cat(scales), torch.cat(zeros), 0)
+            self._packed = torch.ops.quantized.linear_prepack(weight, torch.cat(biases).float())
+        # what torch.ao's dynamic Linear passes (reduce_range: fbgemm's 7-bit activations on x86)
+        self._reduce_range = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x, self._packed, reduce_range=self._reduce_range)
+
+
+class _Concatenated(nn.Module):
+    """Layers that cannot be packed together (other kinds): called one after the other."""
+
+    def __init__(self, layers: list[nn.Module]) -> None:
+        super().__init__()
+        self.parts = nn.ModuleList(layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([layer(x) for layer in self.parts], dim=-1)
+
+
+def fuse(layers: list[nn.Module]) -> nn.Module:
+    """One module computing the layers' outputs side by side (they read the same input)."""
+    if all(type(layer) is nn.Linear for layer in layers) and len({layer.weight.dtype for layer in layers}) == 1:
+        weight = torch.cat([layer.weight.detach() for layer in layers])
+        fused = nn.Linear(weight.shape[1], weight.shape[0], bias=any(layer.bias is not None for layer in layers),
+                          dtype=weight.dtype)
+        with torch.no_grad():
+            fused.weight.copy_(weight)
+            if fused.bias is not None:
+                fused.bias.copy_(torch.cat([layer.bias.detach() if layer.bias is not None else
+                                            torch.zeros(layer.out_features, dtype=weight.dtype) for layer in layers]))
+        return fused.eval()
+    if all(_dynamic_int8(layer) for layer in layers) and all(
+            layer._packed_params._weight_bias()[0].qscheme() == torch.per_channel_affine for layer in layers):
+        return _PackedInt8(layers)
+    return _Concatenated(layers)
+
+
+class _Layer(nn.Module):
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        attn, mlp = layer.self_attn, layer.mlp
+        self.norm_in, self.norm_post = layer.input_layernorm, layer.post_attention_layernorm
+        self.head_dim = attn.head_dim
+        self.qkv = fuse([attn.q_proj, attn.k_proj, attn.v_proj])
+        self.o_proj = attn.o_proj
+        self.scaling = attn.scaling
+        self.gate_up = fuse([mlp.gate_proj, mlp.up_proj])
+        self.down = mlp.down_proj
+        self.act = mlp.act_fn
+        self.rotate = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+
+
+class FusedDraft(nn.Module):
+    """A draft model's forward pass over its own static KV cache. `forward(ids)` feeds the tokens
+    (shape (1, n)) at the cache's current length and returns the last position's logits (1, vocab);
+    `length` is how many tokens the cache holds (set it lower to drop tokens)."""
+
+    def __init__(self, model: nn.Module, capacity: int = 1024) -> None:
+        super().__init__()
+        config = model.config
+        if config.model_type not in ARCHITECTURES:
+            raise ValueError(f"the fused draft loop runs {', '.join(ARCHITECTURES)} models; this draft is "
+                             f"{config.model_type!r}")
+        if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", False):
+            raise ValueError("the fused draft loop has no sliding-window attention; this draft uses it")
+        inner = model.model
+        self.embed, self.norm, self.head = inner.embed_tokens, inner.norm, model.get_output_embeddings()
+        self.rotary = inner.rotary_emb
+        self.layers = nn.ModuleList(_Layer(layer) for layer in inner.layers)
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = self.layers[0].head_dim
+        self.dtype, self.device = self.embed.weight.dtype, self.embed.weight.device
+        self.length = 0
+        self._cache: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._grow(capacity)
+
+    def _grow(self, capacity: int) -> None:
+        shape = (1, self.kv_heads, capacity, self.head_dim)
+        old, self._cache = self._cache, [(torch.zeros(shape, dtype=self.dtype, device=self.device),
+                                          torch.zeros(shape, dtype=self.dtype, device=self.device)) for _ in self.layers]
+        for (k_old, v_old), (k_new, v_new) in zip(old, self._cache):
+            k_new[:, :, :self.length] = k_old[:, :, :self.length]
+            v_new[:, :, :self.length] = v_old[:, :, :self.length]
+        self.capacity = capacity
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        start, n = self.length, input_ids.shape[1]
+        end = start + n
+        if end > self.capacity:
+            self._grow(max(end, 2 * self.capacity))
+        x = self.embed(input_ids)
+        positions = torch.arange(start, end, device=self.device).unsqueeze(0)
+        cos, sin = self.rotary(x, positions)
+        # n > 1 (catching up after a verification): each new token sees the cache and the new tokens before it
+        mask = (torch.arange(end, device=self.device)[None, :] <= positions[0, :, None]) if n > 1 else None
+        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        for layer, (k_cache, v_cache) in zip(self.layers, self._cache):
+            h = layer.norm_in(x)
+            q, k, v = layer.qkv(h).split((q_size, kv_size, kv_size), dim=-1)
+            q = q.view(1, n, self.heads, self.head_dim).transpose(1, 2)
+            k = k.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+            v = v.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+            q, k = layer.rotate(q, k, cos, sin)
+            k_cache[:, :, start:end] = k
+            v_cache[:, :, start:end] = v
+            attn = F.scaled_dot_product_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask,
+                                                  scale=layer.scaling, enable_gqa=self.kv_heads != self.heads)
+            x = x + layer.o_proj(attn.transpose(1, 2).reshape(1, n, q_size))
+            gate, up = layer.gate_up(layer.norm_post(x)).chunk(2, dim=-1)
+            x = x + layer.down(layer.act(gate) * up)
+        self.length = end
+        return self.head(self.norm(x[:, -1:]))[:, -1].float()
+
+
+def fused(model: nn.Module) -> FusedDraft:
+    """The model's fused loop, built once per loaded model (the packed weights are kept beside it)."""
+    loop = model.__dict__.get("_harness_fused_draft")
+    if loop is None:
+        loop = FusedDraft(model).eval()
+        model.__dict__["_harness_fused_draft"] = loop
+        log.info("fused draft loop built for %s", type(model).__name__)
+    return loop
+
+
+class FusedDraftGenerator(CandidateGenerator):
+    """transformers' candidate generator with the fused loop as the draft: up to K greedy tokens a
+    step. The cache keeps what it computed for the longest prefix it shares with the text."""
+
+    def __init__(self, loop: FusedDraft, *, k: int, max_length: int, eos_token_id: torch.Tensor | None) -> None:
+        self.loop, self.num_assistant_tokens, self.main_model_max_length = loop, k, max_length
+        self.eos = set(eos_token_id.tolist()) if eos_token_id is not None else set()
+        self.held = torch.zeros(0, dtype=torch.long)  # the tokens whose keys and values the cache holds
+        loop.length = 0
+
+    def get_candidates(self, input_ids: torch.LongTensor, **kwargs: Any) -> tuple[torch.LongTensor, None]:
+        n = input_ids.shape[1]
+        room = min(self.num_assistant_tokens, self.main_model_max_length - n - 1)
+        if room <= 0:
+            return input_ids, None
+        ids = input_ids[0].cpu()
+        # keep the cache for the prefix it shares with the text, but as transformers' draft does, never
+        # its last two tokens: with per-tensor activation scales (w8af32-tensor) the tokens fed together
+        # change what is computed, and the same blocks make the same proposals
+        m = min(self.held.shape[0], n - 2)
+        differs = (self.held[:m] != ids[:m]).nonzero()
+        shared = int(differs[0]) if differs.numel() else max(m, 0)
+        self.loop.length = shared
+        logits = self.loop(ids[shared:].unsqueeze(0).to(self.loop.device))
+        drafted: list[int] = []
+        while True:
+            token = int(logits.argmax(-1))
+            drafted.append(token)
+            if len(drafted) == room or token in self.eos:
+                break
+            logits = self.loop(torch.tensor([[token]], device=self.loop.device))
+        self.held = torch.cat([ids, torch.tensor(drafted[:-1], dtype=torch.long)])
+        candidates = torch.tensor([drafted], dtype=input_ids.dtype, device=input_ids.device)
+        return torch.cat([input_ids, candidates], dim=1), None
+
+    def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int) -> None:
+        pass  # a constant K (the selection refuses a schedule or a confidence threshold with --fused-draft)

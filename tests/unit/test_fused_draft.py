@@ -1,0 +1,135 @@
+"""The fused draft loop (--fused-draft, harness/workload/fused_draft.py) computes what the draft model
+computes: logits equal to transformers' forward over a prefill, single steps and a catch-up of
+several tokens after dropping some, in float32 and with torch's dynamically quantized int8 layers
+(w8af32-tensor, whose q/k/v and gate/up it packs together); inside assisted generation it proposes,
+at every step, what a fresh greedy run of the draft proposes from the accepted text, and its
+passes are timed as the draft's."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from harness.core.errors import HarnessError
+from harness.measure.generate import measure_generation
+from harness.workload import registry
+from harness.workload.decode import DecodeSettings
+from harness.workload.fused_draft import FusedDraft, fuse
+from harness.workload.selection import Request, resolve
+from test_generate import replay_acceptance
+from tiny_models import perturbed, prompt, tiny_model, write_local_matrix
+
+FUSED = ("llama", "qwen2")
+K = 4
+
+
+def w8af32_tensor(model: torch.nn.Module) -> torch.nn.Module:
+    """The suite's w8af32-tensor draft precision: torch's dynamic int8 layers, per-channel weight scales."""
+    import quant
+
+    model, _ = quant.quantize(copy.deepcopy(model), "w8af32-tensor", progress=False)
+    return model.eval()
+
+
+def hf_logits(model, ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
+    """The last position's logits, as generate asks for them (logits_to_keep=1: with per-tensor
+    activation scales the output layer's input range is that position's alone)."""
+    return model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "w8af32-tensor"])
+@pytest.mark.parametrize("arch", FUSED)
+def test_the_fused_loop_computes_the_models_logits(arch, precision):
+    model = tiny_model(arch, seed=4)
+    if precision != "fp32":
+        model = w8af32_tensor(model)
+    loop = FusedDraft(model, capacity=16)  # small: the cache must grow on the way
+    ids = prompt(seed=2, length=12)
+    tol = dict(rtol=1e-4, atol=1e-4)
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        torch.testing.assert_close(loop(ids), hf_logits(model, ids, cache), **tol)
+        fed = ids[0].tolist()
+        for token in (5, 17, 9, 30, 41, 7):  # single steps past the first capacity
+            fed.append(token)
+            torch.testing.assert_close(loop(torch.tensor([[token]])), hf_logits(model, torch.tensor([[token]]), cache),
+                                       **tol)
+        # drop the last three tokens and feed three others at once (a verification's catch-up)
+        loop.length = len(fed) - 3
+        cache.crop(-3)
+        block = torch.tensor([[11, 12, 13]])
+        torch.testing.assert_close(loop(block), hf_logits(model, block, cache), **tol)
+        assert loop.length == len(fed) == cache.get_seq_length()
+
+
+def test_packed_int8_layers_compute_exactly_what_the_separate_ones_do():
+    model = w8af32_tensor(tiny_model("qwen2", seed=4))
+    attn = model.model.layers[0].self_attn
+    parts = [attn.q_proj, attn.k_proj, attn.v_proj]
+    packed = fuse(parts)
+    assert type(packed).__name__ == "_PackedInt8"  # packed together, not called one by one
+    x = torch.randn(3, 64)
+    assert torch.equal(packed(x), torch.cat([p(x) for p in parts], dim=-1))
+
+
+@pytest.mark.parametrize("arch", FUSED)
+def test_in_assisted_generation_it_proposes_what_the_draft_proposes(arch):
+    target = tiny_model(arch, seed=0)
+    # float32: with int8 activations quantized per tensor, a rounding-level difference in one input can
+    # move a quantization step and flip a near-tie between two draft tokens now and then (the logits
+    # test above holds the int8 loop to the model within 1e-4)
+    draft = perturbed(target, 0.5, seed=3)
+    ids = prompt(seed=1)
+    settings = DecodeSettings(max_new_tokens=40)
+    plain = measure_generation(target, ids, settings)
+    fused = measure_generation(target, ids, DecodeSettings(max_new_tokens=40, fused_draft=True), mode="assisted",
+                               k=K, assistant=draft)
+    assert fused.tokens == plain.tokens
+    # at every step, the proposals of a fresh greedy draft from the accepted text: the cache kept
+    # exactly what it shared with the text
+    assert fused.accepted_per_step == replay_acceptance(fused.tokens, draft, ids, K)
+    assert sum(fused.accepted_per_step) > 0
+    # its passes are timed as the draft's: the prompt once, then one pass per drafted token (the first
+    # step's come before the target's first pass, outside the decode phase)
+    assert fused.phases["draft_prefill"].calls == 1
+    assert fused.phases["draft_step"].calls == sum(fused.drafted_per_step[1:])
+
+
+def test_it_runs_behind_the_prompt_lookup_too():
+    target = tiny_model("llama", seed=0)
+    draft = perturbed(target, 0.5, seed=3)
+    ids = torch.cat([prompt(seed=1, length=10), prompt(seed=1, length=6)], dim=1)  # repeats itself
+    settings = DecodeSettings(max_new_tokens=40, prompt_lookup_ngram=3, lookup_first=2, fused_draft=True)
+    plain = measure_generation(target, ids, DecodeSettings(max_new_tokens=40))
+    both = measure_generation(target, ids, settings, mode="assisted", k=K, assistant=draft)
+    assert both.tokens == plain.tokens and both.lookup_per_step[0] and not all(both.lookup_per_step)
+
+
+def test_an_architecture_it_cannot_run_is_named():
+    with pytest.raises(ValueError, match="runs llama, qwen2 models; this draft is 'opt'"):
+        FusedDraft(tiny_model("opt", seed=0))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return registry.load_matrix(write_local_matrix(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.mark.parametrize("request_, allowed", [
+    (Request(pair="tiny+draft", fused_draft=True, do_sample=True), "drafts greedily; drop --do-sample"),
+    (Request(pair="tiny+draft", fused_draft=True, schedule="heuristic"), "constant K tokens a step; drop --schedule"),
+    (Request(pair="tiny+draft", fused_draft=True, confidence_threshold=0.4), "drop --confidence-threshold 0.4"),
+    (Request(pair="tiny+lookup", fused_draft=True), "this run has none"),
+])
+def test_what_the_loop_cannot_serve_is_one_line_naming_the_option(tiny, request_, allowed):
+    with pytest.raises(HarnessError) as info:
+        resolve(tiny, request_)
+    message = str(info.value)
+    assert message.startswith("--fused-draft") and allowed in message and "\n" not in message, message
+    ok = resolve(tiny, Request(pair="tiny+draft", fused_draft=True))
+    assert ok.decode.fused_draft and ok.origin("fused_draft") == "given" and ok.as_values()["fused_draft"]
+    assert not resolve(tiny, Request(pair="tiny+draft")).decode.fused_draft
+
