@@ -73,10 +73,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="before each draft step, a prompt lookup: where the context ends with N or more tokens "
                         "seen before in it, what followed them is the step's candidates and the draft does not "
                         "run (harness/workload/lookup_first.py; default: off)")
-    b.add_argument("--fused-draft", action="store_true", default=None,
+    b.add_argument("--fused-draft", action=argparse.BooleanOptionalAction, default=None,
                    help="run the draft in a fused decode loop of its own (fused q/k/v and gate/up layers, a static "
                         "KV cache, no generate per drafted token): greedy, a constant K, Llama/Qwen2 drafts "
-                        "(harness/workload/fused_draft.py)")
+                        "(harness/workload/fused_draft.py); default: as the preset or the CPU class's choice says")
     b.add_argument("--max-new-tokens", type=int_in(2, 8192))
     b.add_argument("--repeats", type=int_in(1, 1000), help="runs per prompt and configuration (medians reported)")
     b.add_argument("--limit", type=int_in(1, 100000), help="only the first N prompts")
@@ -119,7 +119,7 @@ def run(matrix: registry.Matrix, args: argparse.Namespace) -> int:
         target_precision=args.target_precision, draft_precision=args.draft_precision,
         reference_precision=args.reference_precision, draft_vocab=args.draft_vocab, ks=args.ks,
         prompt_lookup=args.prompt_lookup, lookup_first=args.lookup_first,
-        fused_draft=bool(args.fused_draft), attention=args.attention, fast_attention=bool(args.fast_attention),
+        fused_draft=args.fused_draft, attention=args.attention, fast_attention=bool(args.fast_attention),
         do_sample=bool(args.do_sample), temperature=args.temperature, top_p=args.top_p, seed=args.seed or 0,
         schedule=args.schedule, confidence_threshold=args.confidence_threshold,
         max_new_tokens=args.max_new_tokens, platform=args.platform)

@@ -80,6 +80,7 @@ class Preset:
     reference_precision: str | None  # the plain arm its speedup is also measured against
     why: str
     draft_vocab: int | None = None   # the draft scores only its N most frequent tokens (harness/workload/drafthead.py)
+    fused_draft: bool | None = None  # greedy runs draft in the fused loop (harness/workload/fused_draft.py)
 
 
 
@@ -92,6 +93,7 @@ class ClassChoice:
     draft_precision: str | None
     num_assistant_tokens: int | None
     why: str
+    fused_draft: bool | None = None  # greedy runs draft in the fused loop (harness/workload/fused_draft.py)
 
 
 @dataclass(frozen=True)
@@ -357,13 +359,14 @@ def _pair_spec(name: str, p: dict[str, Any], path: Path) -> PairSpec:
         tags=tuple(p.get("tags", ())),
         per_cpu_class={cls: ClassChoice(cpu_class=cls, target_precision=v.get("target_precision"),
                                         draft_precision=v.get("draft_precision"),
-                                        num_assistant_tokens=v.get("num_assistant_tokens"), why=v["why"])
+                                        num_assistant_tokens=v.get("num_assistant_tokens"), why=v["why"],
+                                        fused_draft=v.get("fused_draft"))
                        for cls, v in p.get("per_cpu_class", {}).items()},
         presets={preset: {cls: Preset(name=preset, cpu_class=cls, target_precision=v["target_precision"],
                                       draft_precision=v.get("draft_precision"),
                                       num_assistant_tokens=v["num_assistant_tokens"],
                                       reference_precision=v.get("reference_precision"), why=v["why"],
-                                      draft_vocab=v.get("draft_vocab"))
+                                      draft_vocab=v.get("draft_vocab"), fused_draft=v.get("fused_draft"))
                           for cls, v in by_class.items()}
                  for preset, by_class in p.get("presets", {}).items()},
         path=path,

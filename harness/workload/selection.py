@@ -59,7 +59,8 @@ class Request:
     ks: tuple[int, ...] | None = None  # several: bench's K sweep (plain runs shared)
     prompt_lookup: int | None = None   # prompt-lookup decoding with N candidate tokens instead of a draft
     lookup_first: int | None = None    # a prompt lookup before the draft, on a matching context end of N tokens
-    fused_draft: bool = False          # the draft in its fused decode loop (harness/workload/fused_draft.py)
+    fused_draft: bool | None = None    # the draft in its fused decode loop (harness/workload/fused_draft.py);
+    #                                    None: as the preset or the CPU class's choice says (greedy runs only)
     reference_precision: str | None = None
     draft_vocab: int | None = None
     attention: str | None = None
@@ -262,8 +263,12 @@ def resolve(matrix: Matrix, request: Request = Request()) -> Selection:
     name = pair.name if pair and not (r.target or r.draft) else _pair_name(matrix, target.spec,
                                                                              draft.spec if draft else None)
     decode = _decode(matrix, r, task, prompt_set, src)
-    if decode.fused_draft:
+    if decode.fused_draft and src.origins.get("fused_draft") == Origin.GIVEN.value:
         _check_fused_draft(decode, draft, opt)
+    elif decode.fused_draft and _fused_unservable(decode, draft):
+        # the registry chose it for greedy runs with a constant K: this run drafts through transformers
+        decode = dataclasses.replace(decode, fused_draft=False)
+        src.origins.pop("fused_draft")
     return Selection(
         pair=name, target=target, draft=draft, ks=tuple(ks),
         decode=decode, reference_precision=reference, attention=attention,
@@ -325,7 +330,7 @@ def _decode(matrix: Matrix, r: Request, task: str, prompt_set: PromptSetSpec, sr
         confidence_threshold=src.layered("confidence_threshold", r.confidence_threshold),
         prompt_lookup_ngram=matrix.defaults.prompt_lookup_ngram,
         lookup_first=src.given("lookup_first", r.lookup_first) or 0,
-        fused_draft=bool(src.given("fused_draft", r.fused_draft or None)), stop_sequences=prompt_set.stop_sequences)
+        fused_draft=_fused_draft(r, src), stop_sequences=prompt_set.stop_sequences)
 
 
 def _check_request(matrix: Matrix, r: Request, opt: Mapping[str, str]) -> None:
@@ -344,6 +349,17 @@ def _check_request(matrix: Matrix, r: Request, opt: Mapping[str, str]) -> None:
     if r.prompt_lookup is not None and (r.draft or r.ks):
         raise BadInputError(f"{opt['prompt_lookup']} {r.prompt_lookup}: prompt lookup replaces the draft; "
                            f"drop {opt['draft'] if r.draft else opt['ks']}")
+
+
+def _fused_draft(r: Request, src: _Sources) -> bool:
+    """Given, else the preset's or the CPU class's choice (resolve drops a choice the run cannot use)."""
+    if r.fused_draft is not None:
+        return bool(src.given("fused_draft", r.fused_draft))
+    return bool(src.layered("fused_draft", None, only=(Origin.PRESET, Origin.CPU_CLASS)))
+
+
+def _fused_unservable(decode: DecodeSettings, draft: ModelChoice | None) -> bool:
+    return draft is None or decode.do_sample or decode.schedule != "constant" or bool(decode.confidence_threshold)
 
 
 def _check_fused_draft(decode: DecodeSettings, draft: ModelChoice | None, opt: Mapping[str, str]) -> None:

@@ -133,3 +133,19 @@ def test_what_the_loop_cannot_serve_is_one_line_naming_the_option(tiny, request_
     assert ok.decode.fused_draft and ok.origin("fused_draft") == "given" and ok.as_values()["fused_draft"]
     assert not resolve(tiny, Request(pair="tiny+draft")).decode.fused_draft
 
+
+
+def test_a_preset_chooses_it_for_greedy_runs_and_a_run_it_cannot_serve_drafts_through_transformers():
+    amd = registry.load_matrix(registry.DEFAULT_MATRIX, cpu_class="avx512-bf16")
+    fastest = resolve(amd, Request(preset="fastest", check_here=False))
+    assert (fastest.target.precision, fastest.draft.precision, fastest.k, fastest.reference_precision) == (
+        "w8af32", "w8af32-tensor", 8, "bf16")
+    assert fastest.decode.fused_draft and fastest.origin("fused_draft") == "preset fastest"
+    sampled = resolve(amd, Request(preset="fastest", do_sample=True, check_here=False))
+    assert not sampled.decode.fused_draft and "fused_draft" not in sampled.origins
+    assert not resolve(amd, Request(preset="fastest", schedule="heuristic", check_here=False)).decode.fused_draft
+    off = resolve(amd, Request(preset="fastest", fused_draft=False, check_here=False))
+    assert not off.decode.fused_draft and off.origin("fused_draft") == "given"
+    # the class's own choice (make bench, the merge gate) drafts through transformers: a draft that
+    # proposes otherwise changes the greedy counters the A/B gate compares exactly
+    assert not resolve(amd, Request(check_here=False)).decode.fused_draft
