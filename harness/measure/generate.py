@@ -108,9 +108,14 @@ def _instrumented(target: torch.nn.Module, assistant: torch.nn.Module | None, co
         del target._get_candidate_generator  # the instance attribute; the class method is back
 
 
-def _eos_ids(target: torch.nn.Module) -> torch.Tensor | None:
+def _eos(target: torch.nn.Module) -> int | list[int] | None:
+    """The target's end-of-sequence token(s): its generation config's, else its model config's."""
     eos = target.generation_config.eos_token_id
-    eos = target.config.eos_token_id if eos is None else eos
+    return target.config.eos_token_id if eos is None else eos
+
+
+def _eos_ids(target: torch.nn.Module) -> torch.Tensor | None:
+    eos = _eos(target)
     return None if eos is None else torch.tensor(eos if isinstance(eos, list) else [eos])
 
 
@@ -127,7 +132,7 @@ def generation_config(target: torch.nn.Module, settings: DecodeSettings, mode: s
                       k: int | None = None) -> GenerationConfig:
     """A complete, explicit config: nothing is inherited from the checkpoint's sampling defaults."""
     base = target.generation_config
-    eos = base.eos_token_id if base.eos_token_id is not None else target.config.eos_token_id
+    eos = _eos(target)
     pad = base.pad_token_id if base.pad_token_id is not None else (eos[0] if isinstance(eos, list) else eos)
     gc = GenerationConfig(
         max_new_tokens=settings.max_new_tokens,

@@ -263,9 +263,9 @@ def resolve(matrix: Matrix, request: Request = Request()) -> Selection:
     name = pair.name if pair and not (r.target or r.draft) else _pair_name(matrix, target.spec,
                                                                              draft.spec if draft else None)
     decode = _decode(matrix, r, task, prompt_set, src)
-    if decode.fused_draft and src.origins.get("fused_draft") == Origin.GIVEN.value:
-        _check_fused_draft(decode, draft, opt)
-    elif decode.fused_draft and _fused_unservable(decode, draft):
+    if decode.fused_draft and (problem := _fused_draft_problem(decode, draft, opt)):
+        if src.origins.get("fused_draft") == Origin.GIVEN.value:
+            raise BadInputError(problem)
         # the registry chose it for greedy runs with a constant K: this run drafts through transformers
         decode = dataclasses.replace(decode, fused_draft=False)
         src.origins.pop("fused_draft")
@@ -358,21 +358,19 @@ def _fused_draft(r: Request, src: _Sources) -> bool:
     return bool(src.layered("fused_draft", None, only=(Origin.PRESET, Origin.CPU_CLASS)))
 
 
-def _fused_unservable(decode: DecodeSettings, draft: ModelChoice | None) -> bool:
-    return draft is None or decode.do_sample or decode.schedule != "constant" or bool(decode.confidence_threshold)
-
-
-def _check_fused_draft(decode: DecodeSettings, draft: ModelChoice | None, opt: Mapping[str, str]) -> None:
-    """The fused draft loop drafts greedily, a constant K, with a draft model (harness/workload/fused_draft.py)."""
+def _fused_draft_problem(decode: DecodeSettings, draft: ModelChoice | None, opt: Mapping[str, str]) -> str | None:
+    """Why the fused draft loop cannot serve this run (it drafts greedily, a constant K, with a draft
+    model: harness/workload/fused_draft.py), or None."""
     flag = opt["fused_draft"]
     if draft is None:
-        raise BadInputError(f"{flag}: the fused loop runs a draft model; this run has none (prompt lookup): drop {flag}")
+        return f"{flag}: the fused loop runs a draft model; this run has none (prompt lookup): drop {flag}"
     if decode.do_sample:
-        raise BadInputError(f"{flag}: the fused draft loop drafts greedily; drop {opt['do_sample']} or {flag}")
+        return f"{flag}: the fused draft loop drafts greedily; drop {opt['do_sample']} or {flag}"
     if decode.schedule != "constant" or decode.confidence_threshold:
         what = (f"{opt['schedule']} {decode.schedule}" if decode.schedule != "constant" else
                 f"{opt['confidence_threshold']} {decode.confidence_threshold}")
-        raise BadInputError(f"{flag}: the fused draft loop drafts a constant K tokens a step; drop {what} or {flag}")
+        return f"{flag}: the fused draft loop drafts a constant K tokens a step; drop {what} or {flag}"
+    return None
 
 
 def _via(origin: str) -> str:
