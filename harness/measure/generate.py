@@ -75,7 +75,8 @@ def _instrumented(target: torch.nn.Module, assistant: torch.nn.Module | None, co
         generator = build(*args, **kwargs)
         if settings.fused_draft and assistant is not None:
             generator = FusedDraftGenerator(fused(assistant), k=k,
-                                            max_length=generator.main_model_max_length, eos_token_id=_eos_ids(target))
+                                            max_length=generator.main_model_max_length, eos_token_id=_eos_ids(target),
+                                            confidence=settings.confidence_threshold)
         if settings.lookup_first and assistant is not None:
             generator = LookupFirst(generator, min_ngram=settings.lookup_first,
                                     max_ngram=max(settings.prompt_lookup_ngram, settings.lookup_first),

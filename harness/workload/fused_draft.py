@@ -20,9 +20,14 @@ the draft computes. What must hold is that this loop proposes what the draft mod
 logits equal transformers' within float rounding, tested on tiny models of each supported
 architecture), or acceptance would fall.
 
+A step drafts K tokens, or with a confidence threshold (`--confidence-threshold`, transformers'
+`assistant_confidence_threshold`) ends after the first drafted token whose probability under the
+draft is below it: the draft stops where it has become unsure (benchmarks/draft_stop.py replays
+stopping rules over the draft's proposals at every position of a text).
+
 Supported: decoder-only models built of RMSNorm, rotary attention (grouped-query) and a gated MLP
-(transformers' Llama and Qwen2 families, the suite's drafts); greedy decoding with a constant K. The
-selection refuses the rest in one line (harness/workload/selection.py).
+(transformers' Llama and Qwen2 families, the suite's drafts); greedy decoding with a constant K (and
+optionally a confidence threshold). The selection refuses the rest in one line (harness/workload/selection.py).
 """
 
 from __future__ import annotations
@@ -193,8 +198,12 @@ class FusedDraftGenerator(CandidateGenerator):
     """transformers' candidate generator with the fused loop as the draft: up to K greedy tokens a
     step. The cache keeps what it computed for the longest prefix it shares with the text."""
 
-    def __init__(self, loop: FusedDraft, *, k: int, max_length: int, eos_token_id: torch.Tensor | None) -> None:
+    def __init__(self, loop: FusedDraft, *, k: int, max_length: int, eos_token_id: torch.Tensor | None,
+                 confidence: float = 0.0) -> None:
         self.loop, self.num_assistant_tokens, self.main_model_max_length = loop, k, max_length
+        # transformers' assistant_confidence_threshold: a step ends after a drafted token whose probability
+        # under the draft is below it (fixed: transformers adapts it only where scikit-learn is installed)
+        self.confidence = confidence
         self.eos = set(eos_token_id.tolist()) if eos_token_id is not None else set()
         self.held = torch.zeros(0, dtype=torch.long)  # the tokens whose keys and values the cache holds
         loop.length = 0
@@ -217,7 +226,8 @@ class FusedDraftGenerator(CandidateGenerator):
         while True:
             token = int(logits.argmax(-1))
             drafted.append(token)
-            if len(drafted) == room or token in self.eos:
+            if len(drafted) == room or token in self.eos or (
+                    self.confidence and float((logits[0, token] - logits[0].logsumexp(-1)).exp()) < self.confidence):
                 break
             logits = self.loop(torch.tensor([[token]], device=self.loop.device))
         self.held = torch.cat([ids, torch.tensor(drafted[:-1], dtype=torch.long)])
@@ -225,4 +235,4 @@ class FusedDraftGenerator(CandidateGenerator):
         return torch.cat([input_ids, candidates], dim=1), None
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int) -> None:
-        pass  # a constant K (the selection refuses a schedule or a confidence threshold with --fused-draft)
+        pass  # a constant K and a fixed threshold (the selection refuses a schedule with --fused-draft)

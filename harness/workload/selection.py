@@ -359,17 +359,16 @@ def _fused_draft(r: Request, src: _Sources) -> bool:
 
 
 def _fused_draft_problem(decode: DecodeSettings, draft: ModelChoice | None, opt: Mapping[str, str]) -> str | None:
-    """Why the fused draft loop cannot serve this run (it drafts greedily, a constant K, with a draft
+    """Why the fused draft loop cannot serve this run (it drafts greedily, up to a constant K, with a draft
     model: harness/workload/fused_draft.py), or None."""
     flag = opt["fused_draft"]
     if draft is None:
         return f"{flag}: the fused loop runs a draft model; this run has none (prompt lookup): drop {flag}"
     if decode.do_sample:
         return f"{flag}: the fused draft loop drafts greedily; drop {opt['do_sample']} or {flag}"
-    if decode.schedule != "constant" or decode.confidence_threshold:
-        what = (f"{opt['schedule']} {decode.schedule}" if decode.schedule != "constant" else
-                f"{opt['confidence_threshold']} {decode.confidence_threshold}")
-        return f"{flag}: the fused draft loop drafts a constant K tokens a step; drop {what} or {flag}"
+    if decode.schedule != "constant":
+        return (f"{flag}: the fused draft loop drafts up to a constant K tokens a step; drop "
+                f"{opt['schedule']} {decode.schedule} or {flag}")
     return None
 
 

@@ -98,6 +98,49 @@ def test_in_assisted_generation_it_proposes_what_the_draft_proposes(arch):
     assert fused.phases["draft_step"].calls == sum(fused.drafted_per_step[1:])
 
 
+def replay_confident(target_tokens: list[int], draft, prompt_ids: torch.Tensor, k: int,
+                     threshold: float) -> tuple[list[int], list[int]]:
+    """Drafted and accepted tokens per step, rebuilt from the final tokens: from the accepted text
+    the draft proposes greedily until a token whose probability is below `threshold` (included) or K."""
+    pos, drafted, accepted = 0, [], []
+    while pos < len(target_tokens):
+        prefix = torch.cat([prompt_ids, torch.tensor([target_tokens[:pos]], dtype=torch.long)], dim=1)
+        proposal = []
+        for _ in range(min(k, len(target_tokens) - pos - 1)):
+            with torch.no_grad():
+                p = draft(prefix).logits[0, -1].float().softmax(-1)
+            token = int(p.argmax())
+            proposal.append(token)
+            prefix = torch.cat([prefix, torch.tensor([[token]])], dim=1)
+            if float(p[token]) < threshold:
+                break
+        m = 0
+        while m < len(proposal) and proposal[m] == target_tokens[pos + m]:
+            m += 1
+        drafted.append(len(proposal))
+        accepted.append(m)
+        pos += m + 1
+    return drafted, accepted
+
+
+@pytest.mark.parametrize("threshold", [0.35, 0.5])
+def test_with_a_confidence_threshold_a_step_ends_after_the_first_unsure_token(threshold):
+    target = tiny_model("qwen2", seed=0)
+    draft = perturbed(target, 0.5, seed=3)
+    with torch.no_grad():  # sharper logits, the same argmax: its top tokens' probabilities spread over 0.2-0.9
+        draft.model.norm.weight.mul_(20)
+    ids = prompt(seed=1)
+    plain = measure_generation(target, ids, DecodeSettings(max_new_tokens=40))
+    sure = measure_generation(target, ids, DecodeSettings(max_new_tokens=40, fused_draft=True,
+                                                          confidence_threshold=threshold),
+                              mode="assisted", k=K, assistant=draft)
+    assert sure.tokens == plain.tokens
+    drafted, accepted = replay_confident(sure.tokens, draft, ids, K, threshold)
+    assert (sure.drafted_per_step, sure.accepted_per_step) == (drafted, accepted)
+    # some steps stopped early (not at K or the text's end), some drafted on past a confident token
+    assert 0 < sum(d < K for d in drafted[:-1]) and max(drafted) > 1
+
+
 def test_it_runs_behind_the_prompt_lookup_too():
     target = tiny_model("llama", seed=0)
     draft = perturbed(target, 0.5, seed=3)
@@ -121,7 +164,6 @@ def tiny(tmp_path_factory):
 @pytest.mark.parametrize("request_, allowed", [
     (Request(pair="tiny+draft", fused_draft=True, do_sample=True), "drafts greedily; drop --do-sample"),
     (Request(pair="tiny+draft", fused_draft=True, schedule="heuristic"), "constant K tokens a step; drop --schedule"),
-    (Request(pair="tiny+draft", fused_draft=True, confidence_threshold=0.4), "drop --confidence-threshold 0.4"),
     (Request(pair="tiny+lookup", fused_draft=True), "this run has none"),
 ])
 def test_what_the_loop_cannot_serve_is_one_line_naming_the_option(tiny, request_, allowed):
@@ -132,6 +174,8 @@ def test_what_the_loop_cannot_serve_is_one_line_naming_the_option(tiny, request_
     ok = resolve(tiny, Request(pair="tiny+draft", fused_draft=True))
     assert ok.decode.fused_draft and ok.origin("fused_draft") == "given" and ok.as_values()["fused_draft"]
     assert not resolve(tiny, Request(pair="tiny+draft")).decode.fused_draft
+    sure = resolve(tiny, Request(pair="tiny+draft", fused_draft=True, confidence_threshold=0.4))
+    assert sure.decode.fused_draft and sure.decode.confidence_threshold == 0.4
 
 
 
