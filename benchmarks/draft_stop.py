@@ -278,7 +278,8 @@ def heads(sizes: list[int]) -> list[Head]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="fastest", help="registry preset whose models and precisions run (default fastest)")
+    ap.add_argument("--preset", default="fastest",
+                    help="registry preset whose models and precisions run (default fastest; 'none': the CPU class's choice)")
     ap.add_argument("--pair", default=None, help="registry pair (default: the registry's default pair)")
     ap.add_argument("--kmax", type=int, default=12, help="the most tokens a step drafts in the table (default 12)")
     ap.add_argument("--limit", type=int, default=8, help="prompts of the pair's set (default 8, as bench)")
@@ -299,7 +300,8 @@ def main() -> None:
         cost["verify"] = {int(n): v for n, v in cost["verify"].items()}
         sizes = [s for s in sizes if f"head_{s}" in cost["draft"]]
     else:
-        sel = resolve(load_matrix(), Request(pair=args.pair, preset=args.preset, fused_draft=True))
+        preset = None if args.preset == "none" else args.preset
+        sel = resolve(load_matrix(), Request(pair=args.pair, preset=preset, fused_draft=True))
         if sel.draft is None:
             raise SystemExit(f"pair {sel.pair}: it has no draft model (prompt lookup)")
         print(f"target {sel.target.name} ({sel.target.precision}), draft {sel.draft.name} ({sel.draft.precision}), "

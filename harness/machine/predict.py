@@ -59,8 +59,10 @@ class StepCosts:
     def r(self) -> float:
         return self.verify_ms / self.target_ms
 
-    def predict(self, e: float) -> float:
-        return speedup(e, self.k, self.c, self.r)
+    def predict(self, e: float, drafted: float | None = None) -> float:
+        """E / (K c + r), or with `drafted` (the mean draft tokens a step drafted, where steps stop
+        before K: a confidence threshold, the text's end) E / (drafted c + r)."""
+        return speedup(e, self.k, self.c, self.r) if drafted is None else e / (drafted * self.c + self.r)
 
     def as_dict(self) -> dict[str, Any]:
         return {"target_ms": round(self.target_ms, 3), "verify_ms": round(self.verify_ms, 3),

@@ -79,10 +79,11 @@ class BenchResult:
     reference: dict[str, Any] | None = None  # the target loaded at the reference precision
 
     def predicted(self, s: Summary) -> float | None:
-        """The speedup the run's step costs predict for this configuration: per prompt, E / (K c + r)
-        from that prompt's own passes and acceptance, then the median over prompts (as the
-        measured speedup is). None without timed passes of both arms, and with --lookup-first (its
-        lookup steps draft nothing, so K c + r is not what they cost)."""
+        """The speedup the run's step costs predict for this configuration: per prompt, E / (d c + r)
+        from that prompt's own passes, acceptance and d, the draft tokens a step drafted (K, or
+        fewer where steps stop early: a confidence threshold, the text's end), then the median over
+        prompts (as the measured speedup is). None without timed passes of both arms, and with
+        --lookup-first (its lookup steps draft nothing and verify a lookup's tokens)."""
         rows = [r for r in self.rows if r.configuration == s.configuration]
         if s.mode != ASSISTED or s.k is None or any(x.get("lookup_per_step") is not None
                                                     for r in rows for x in r.samples):
@@ -93,7 +94,8 @@ class BenchResult:
             costs = phases.step_costs(_row_phases(plain[row.prompt_id]) if row.prompt_id in plain else None,
                                 _row_phases(row), s.k)
             if costs and row.mean_accepted_length:
-                found.append(costs.predict(row.mean_accepted_length))
+                drafted = row.drafted / row.target_forwards if row.drafted is not None and row.target_forwards else None
+                found.append(costs.predict(row.mean_accepted_length, drafted))
         return descriptive.median(found) if found else None
 
 

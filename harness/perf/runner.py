@@ -130,7 +130,8 @@ class Runner:
         """The decoding settings a baseline must share with a run that is compared against it."""
         d = self.decode
         return {"min_new_tokens": d.min_new_tokens, "do_sample": d.do_sample, "temperature": d.temperature,
-                "top_p": d.top_p, "schedule": d.schedule, "confidence_threshold": d.confidence_threshold}
+                "top_p": d.top_p, "schedule": d.schedule, "confidence_threshold": d.confidence_threshold,
+                "lookup_first": d.lookup_first, "fused_draft": d.fused_draft}
 
     def baseline_record(self, commit: str | None) -> dict[str, Any]:
         s, cap = self.settings, self.settings.max_rounds

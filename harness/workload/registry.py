@@ -81,6 +81,7 @@ class Preset:
     why: str
     draft_vocab: int | None = None   # the draft scores only its N most frequent tokens (harness/workload/drafthead.py)
     fused_draft: bool | None = None  # greedy runs draft in the fused loop (harness/workload/fused_draft.py)
+    confidence_threshold: float | None = None  # a step ends after a drafted token less probable than this
 
 
 
@@ -366,7 +367,8 @@ def _pair_spec(name: str, p: dict[str, Any], path: Path) -> PairSpec:
                                       draft_precision=v.get("draft_precision"),
                                       num_assistant_tokens=v["num_assistant_tokens"],
                                       reference_precision=v.get("reference_precision"), why=v["why"],
-                                      draft_vocab=v.get("draft_vocab"), fused_draft=v.get("fused_draft"))
+                                      draft_vocab=v.get("draft_vocab"), fused_draft=v.get("fused_draft"),
+                                      confidence_threshold=v.get("confidence_threshold"))
                           for cls, v in by_class.items()}
                  for preset, by_class in p.get("presets", {}).items()},
         path=path,

@@ -18,6 +18,7 @@ from harness.measure.generate import measure_generation
 from harness.workload import registry
 from harness.workload.decode import DecodeSettings
 from harness.workload.fused_draft import FusedDraft, fuse
+from harness.perf.combinations import Combination, PerfSettings, combinations
 from harness.workload.selection import Request, resolve
 from test_generate import replay_acceptance
 from tiny_models import perturbed, prompt, tiny_model, write_local_matrix
@@ -183,7 +184,8 @@ def test_a_preset_chooses_it_for_greedy_runs_and_a_run_it_cannot_serve_drafts_th
     amd = registry.load_matrix(registry.DEFAULT_MATRIX, cpu_class="avx512-bf16")
     fastest = resolve(amd, Request(preset="fastest", check_here=False))
     assert (fastest.target.precision, fastest.draft.precision, fastest.k, fastest.reference_precision) == (
-        "w8af32", "w8af32-tensor", 8, "bf16")
+        "w8af32", "w8af32-tensor", 12, "bf16")
+    assert fastest.decode.confidence_threshold == 0.7 and fastest.origin("confidence_threshold") == "preset fastest"
     assert fastest.decode.fused_draft and fastest.origin("fused_draft") == "preset fastest"
     sampled = resolve(amd, Request(preset="fastest", do_sample=True, check_here=False))
     assert not sampled.decode.fused_draft and "fused_draft" not in sampled.origins
@@ -193,3 +195,13 @@ def test_a_preset_chooses_it_for_greedy_runs_and_a_run_it_cannot_serve_drafts_th
     # the class's own choice (make bench, the merge gate) drafts through transformers: a draft that
     # proposes otherwise changes the greedy counters the A/B gate compares exactly
     assert not resolve(amd, Request(check_here=False)).decode.fused_draft
+
+
+def test_the_perf_gates_worker_runs_what_the_preset_chose():
+    """The A/B gate's worker resolves a combination from its request, with no preset: the fused loop
+    and the confidence threshold a preset chose travel as values."""
+    amd = registry.load_matrix(registry.DEFAULT_MATRIX, cpu_class="avx512-bf16")
+    fastest = next(c for c in combinations(amd) if c.selection.preset and c.selection.preset.name == "fastest")
+    again = Combination.from_request(amd, fastest.as_request(), PerfSettings.from_matrix(amd))
+    assert again.selection.decode == fastest.selection.decode and again.selection.decode.fused_draft
+    assert again.id == fastest.id

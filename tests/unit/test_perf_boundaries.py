@@ -96,6 +96,9 @@ def tiny_runner(tmp_path_factory):
     (lambda b: b.update(k=b["k"] + 1), "k "),
     (lambda b: b["decode"].update(schedule="heuristic"), "schedule"),
     (lambda b: b["decode"].update(min_new_tokens=0), "min_new_tokens"),
+    (lambda b: b["decode"].update(fused_draft=True), "fused_draft"),
+    (lambda b: b["decode"].update(lookup_first=3), "lookup_first"),
+    (lambda b: b["decode"].update(confidence_threshold=0.7), "confidence_threshold"),
 ])
 def test_a_baseline_of_other_work_is_refused(tiny_runner, edit, named):
     baseline = tiny_runner.baseline_record(None)
@@ -106,6 +109,9 @@ def test_a_baseline_of_other_work_is_refused(tiny_runner, edit, named):
 
 
 def test_older_records_without_decode_settings(tiny_runner):
+    before_fused = tiny_runner.baseline_record(None)
+    del before_fused["decode"]["fused_draft"], before_fused["decode"]["lookup_first"]
+    check_comparable(tiny_runner, before_fused)  # recorded before those settings: it ran without them
     baseline = tiny_runner.baseline_record(None)
     del baseline["decode"]
     check_comparable(tiny_runner, baseline)  # greedy: what they hold is enough

@@ -183,16 +183,16 @@ def test_runs_add_up_each_at_its_own_medians():
     assert phases.combined([None]) is None
 
 
-def _row(prompt_id: str, mode: str, cost: dict[str, float], e: float | None = None):
+def _row(prompt_id: str, mode: str, cost: dict[str, float], e: float | None = None, drafted: int | None = None):
     from harness.measure.record import Row
 
     sample = {"prompt_tokens": 10, "new_tokens": 20, "total_s": 2.0, "prefill_ms": 100.0, "time_per_token_ms": 100.0,
-              "tokens_per_sec": 10.0, "cpu_s": 2.0, "target_forwards": 20, "drafted": None, "accepted": None,
+              "tokens_per_sec": 10.0, "cpu_s": 2.0, "target_forwards": 20, "drafted": drafted, "accepted": None,
               "mean_accepted_length": e, "accepted_per_step": None, "drafted_per_step": None, "tokens": [1] * 20,
               "phases": {p: PhaseCost(5, ms * 5, ms, ms).as_dict() for p, ms in cost.items()}}
     return Row(example=1, prompt_id=prompt_id, configuration=mode if mode == "plain" else "assisted k=4", mode=mode,
                k=None if mode == "plain" else 4, prompt_tokens=10, new_tokens=20, total_s=2.0, prefill_ms=100.0,
-               time_per_token_ms=100.0, tokens_per_sec=10.0, cpu_s=2.0, target_forwards=20, drafted=None,
+               time_per_token_ms=100.0, tokens_per_sec=10.0, cpu_s=2.0, target_forwards=20, drafted=drafted,
                accepted=None, mean_accepted_length=e, speedup=None, same_tokens_as_plain=None, samples=[sample])
 
 
@@ -210,3 +210,8 @@ def test_the_predicted_speedup_is_each_prompts_own_then_the_median():
     assert result.predicted(assisted) == pytest.approx((3 / 1.6 + 5 / 1.6) / 2)
     assert result.predicted(summary[0]) is None
     assert assisted.phases["verify"].calls == 10 and assisted.accounting is not None
+    # steps that stopped before K (a confidence threshold): the draft passes they made, 2 a step, not 4
+    rows[2:] = [_row("a", "assisted", {"verify": 120.0, "draft_step": 10.0}, e=3.0, drafted=40),
+                _row("b", "assisted", {"verify": 240.0, "draft_step": 20.0}, e=5.0, drafted=40)]
+    result = BenchResult(config=None, target={}, draft=None, rows=rows, summary=summary)
+    assert result.predicted(assisted) == pytest.approx((3 / 1.4 + 5 / 1.4) / 2)

@@ -60,6 +60,10 @@ def tolerances(baseline: dict[str, Any], override: float | None) -> dict[str, fl
     return {m: (override or baseline["tolerance"][m]) for m in METRICS}
 
 
+# decoding settings recorded since baselines first recorded theirs, at the value that meant "off"
+LATER_DECODE_DEFAULTS: dict[str, Any] = {"lookup_first": 0, "fused_draft": False}
+
+
 def check_comparable(runner: Runner, baseline: dict[str, Any]) -> None:
     """Refuse to compare a run with a baseline of other work: other prompts, length, K, mode or
     decoding settings. Baselines written before the decoding settings were recorded are compared
@@ -76,6 +80,7 @@ def check_comparable(runner: Runner, baseline: dict[str, Any]) -> None:
         differences.append("the baseline does not record its sampling settings")
     elif stored is not None:
         now = runner.decode_record()
+        stored = {**LATER_DECODE_DEFAULTS, **stored}  # a record from before a setting existed ran without it
         differences += [f"{key} {stored.get(key)!r} there, {value!r} here" for key, value in now.items()
                         if stored.get(key) != value]
     if differences:
