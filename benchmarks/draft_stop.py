@@ -287,6 +287,9 @@ def main() -> None:
     ap.add_argument("--subsets", default="16384,32768,65536",
                     help="output-layer sizes to replay (frequency-ranked rows, drafthead.py); '' for none")
     ap.add_argument("--repeats", type=int, default=15, help="timed calls per cost (default 15)")
+    ap.add_argument("--draft-layers", type=int, default=None,
+                    help="a cheaper draft: the draft cut to its first N decoder layers (its norm and output "
+                         "layer kept): how often it still agrees with the target (item 5's first check)")
     ap.add_argument("--table", type=Path, default=None, help="replay a table a previous run wrote (--out)")
     ap.add_argument("--out", type=Path, default=None, help="write the table, costs and replays as JSON")
     args = ap.parse_args()
@@ -308,6 +311,13 @@ def main() -> None:
               f"{torch.get_num_threads()} threads, CPU class {sel.cpu_class}")
         target = models.load(sel.target.spec, sel.target.precision)
         draft = models.load(sel.draft.spec, sel.draft.precision)
+        if args.draft_layers:
+            layers = draft.model.model.layers
+            if not 1 <= args.draft_layers <= len(layers):
+                raise SystemExit(f"--draft-layers {args.draft_layers}: the draft has {len(layers)} layers")
+            draft.model.model.layers = layers[:args.draft_layers]
+            draft.model.config.num_hidden_layers = args.draft_layers
+            print(f"draft cut to its first {args.draft_layers} of {len(layers)} layers")
         tok = target.tokenizer
         head = draft.model.get_output_embeddings()
         vocab = getattr(head, "out_features", draft.model.config.vocab_size)
@@ -330,7 +340,7 @@ def main() -> None:
                 "draft": draft_pass_ms(draft.model, ids, subsets, args.repeats)}
         data = {"cpu_class": sel.cpu_class, "threads": torch.get_num_threads(), "target": sel.target.name,
                 "target_precision": sel.target.precision, "draft": sel.draft.name,
-                "draft_precision": sel.draft.precision, "kmax": args.kmax, "prompts": [p.id for p in chosen],
+                "draft_precision": sel.draft.precision, "draft_layers": args.draft_layers, "kmax": args.kmax, "prompts": [p.id for p in chosen],
                 "max_new_tokens": args.max_new_tokens, "cost": cost, "table": table}
     print(f"costs (ms): draft pass {cost['draft']['pass']:.1f}, its output layer {cost['draft']['head']:.1f}"
           + "".join(f", {s} rows {cost['draft'][f'head_{s}']:.1f}" for s in sizes)
