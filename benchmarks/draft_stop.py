@@ -283,7 +283,7 @@ def heads(sizes: list[int]) -> list[Head]:
     return [Head()] + [Head(s, f) for s in sizes for f in (0.0, 0.3, 0.5, 0.7, 0.9)]
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="fastest",
                     help="registry preset whose models and precisions run (default fastest; 'none': the CPU class's choice)")
@@ -299,56 +299,62 @@ def main() -> None:
                          "layer kept): how often it still agrees with the target (item 5's first check)")
     ap.add_argument("--table", type=Path, default=None, help="replay a table a previous run wrote (--out)")
     ap.add_argument("--out", type=Path, default=None, help="write the table, costs and replays as JSON")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.kmax < 2:
         ap.error(f"--kmax {args.kmax}: give 2 or more")
-    sizes = [int(s) for s in args.subsets.split(",") if s.strip()]
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.table:
-        data = json.loads(args.table.read_text())
-        table, cost = data["table"], data["cost"]
-        cost["verify"] = {int(n): v for n, v in cost["verify"].items()}
-        sizes = [s for s in sizes if f"head_{s}" in cost["draft"]]
-    else:
-        preset = None if args.preset == "none" else args.preset
-        sel = resolve(load_matrix(), Request(pair=args.pair, preset=preset, fused_draft=True))
-        if sel.draft is None:
-            raise SystemExit(f"pair {sel.pair}: it has no draft model (prompt lookup)")
-        print(f"target {sel.target.name} ({sel.target.precision}), draft {sel.draft.name} ({sel.draft.precision}), "
-              f"{torch.get_num_threads()} threads, CPU class {sel.cpu_class}")
-        target = models.load(sel.target.spec, sel.target.precision)
-        draft = models.load(sel.draft.spec, sel.draft.precision)
-        if args.draft_layers:
-            layers = draft.model.model.layers
-            if not 1 <= args.draft_layers <= len(layers):
-                raise SystemExit(f"--draft-layers {args.draft_layers}: the draft has {len(layers)} layers")
-            draft.model.model.layers = layers[:args.draft_layers]
-            draft.model.config.num_hidden_layers = args.draft_layers
-            print(f"draft cut to its first {args.draft_layers} of {len(layers)} layers")
-        tok = target.tokenizer
-        head = draft.model.get_output_embeddings()
-        vocab = getattr(head, "out_features", draft.model.config.vocab_size)
-        ranked = ranked_tokens(draft.tokenizer, vocab)
-        subsets = {s: torch.sort(ranked[:s]).values for s in sizes}
-        eos = set(target.model.generation_config.eos_token_id if isinstance(
-            target.model.generation_config.eos_token_id, list) else [target.model.generation_config.eos_token_id])
-        chosen = prompts.load_prompts(sel.prompt_set, tok, limit=args.limit)
-        table = []
-        for n, prompt in enumerate(chosen, 1):
-            ids = prompts.encode(prompt, tok)
-            t0 = time.perf_counter()
-            text = target_text(target.model, ids, args.max_new_tokens, eos)
-            rows = draft_rows(draft.model, ids, text, args.kmax, subsets)
-            table.append(rows)
-            print(f"[{n}/{len(chosen)}] {prompt.id}: {len(text)} tokens, {time.perf_counter() - t0:.0f} s")
-        ids = prompts.encode(chosen[0], tok)
-        print("timing the target's verification and the draft's passes ...")
-        cost = {"verify": verification_ms(target.model, ids, args.kmax, args.repeats),
-                "draft": draft_pass_ms(draft.model, ids, subsets, args.repeats)}
-        data = {"cpu_class": sel.cpu_class, "threads": torch.get_num_threads(), "target": sel.target.name,
-                "target_precision": sel.target.precision, "draft": sel.draft.name,
-                "draft_precision": sel.draft.precision, "draft_layers": args.draft_layers, "kmax": args.kmax, "prompts": [p.id for p in chosen],
-                "max_new_tokens": args.max_new_tokens, "cost": cost, "table": table}
+    args.sizes = [int(s) for s in args.subsets.split(",") if s.strip()]
+    return args
+
+
+def cut_layers(model: Any, n: int) -> None:
+    """Keep the draft's first n decoder layers (--draft-layers)."""
+    layers = model.model.layers
+    if not 1 <= n <= len(layers):
+        raise SystemExit(f"--draft-layers {n}: the draft has {len(layers)} layers")
+    model.model.layers = layers[:n]
+    model.config.num_hidden_layers = n
+    print(f"draft cut to its first {n} of {len(layers)} layers")
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The table (every prompt's positions) and the costs, from the models."""
+    preset = None if args.preset == "none" else args.preset
+    sel = resolve(load_matrix(), Request(pair=args.pair, preset=preset, fused_draft=True))
+    if sel.draft is None:
+        raise SystemExit(f"pair {sel.pair}: it has no draft model (prompt lookup)")
+    print(f"target {sel.target.name} ({sel.target.precision}), draft {sel.draft.name} ({sel.draft.precision}), "
+          f"{torch.get_num_threads()} threads, CPU class {sel.cpu_class}")
+    target = models.load(sel.target.spec, sel.target.precision)
+    draft = models.load(sel.draft.spec, sel.draft.precision)
+    if args.draft_layers:
+        cut_layers(draft.model, args.draft_layers)
+    tok = target.tokenizer
+    vocab = getattr(draft.model.get_output_embeddings(), "out_features", draft.model.config.vocab_size)
+    ranked = ranked_tokens(draft.tokenizer, vocab)
+    subsets = {s: torch.sort(ranked[:s]).values for s in args.sizes}
+    eos_ids = target.model.generation_config.eos_token_id
+    eos = set(eos_ids if isinstance(eos_ids, list) else [eos_ids])
+    chosen = prompts.load_prompts(sel.prompt_set, tok, limit=args.limit)
+    table = []
+    for n, prompt in enumerate(chosen, 1):
+        ids = prompts.encode(prompt, tok)
+        t0 = time.perf_counter()
+        text = target_text(target.model, ids, args.max_new_tokens, eos)
+        table.append(draft_rows(draft.model, ids, text, args.kmax, subsets))
+        print(f"[{n}/{len(chosen)}] {prompt.id}: {len(text)} tokens, {time.perf_counter() - t0:.0f} s")
+    ids = prompts.encode(chosen[0], tok)
+    print("timing the target's verification and the draft's passes ...")
+    cost = {"verify": verification_ms(target.model, ids, args.kmax, args.repeats),
+            "draft": draft_pass_ms(draft.model, ids, subsets, args.repeats)}
+    return {"cpu_class": sel.cpu_class, "threads": torch.get_num_threads(), "target": sel.target.name,
+            "target_precision": sel.target.precision, "draft": sel.draft.name, "draft_precision": sel.draft.precision,
+            "draft_layers": args.draft_layers, "kmax": args.kmax, "prompts": [p.id for p in chosen],
+            "max_new_tokens": args.max_new_tokens, "cost": cost, "table": table}
+
+
+def print_replays(data: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]]:
+    """Every rule under every output layer, the best of each printed; all of them returned."""
+    table, cost = data["table"], data["cost"]
     print(f"costs (ms): draft pass {cost['draft']['pass']:.1f}, its output layer {cost['draft']['head']:.1f}"
           + "".join(f", {s} rows {subset_ms(cost, s):.1f} (alone, cached: {cost['draft'][f'head_{s}']:.1f})"
                     for s in sizes)
@@ -365,6 +371,20 @@ def main() -> None:
               f"{r['wasted_per_step']:7.2f} {r['fallback_share']:6.1%} {r['ms_per_token']:9.1f}")
     print(f"best: {best['rule']}, {best['head']}: {best['ms_per_token']:.1f} ms a token predicted, against "
           f"{constant['ms_per_token']:.1f} for the best constant K ({constant['rule']})")
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    sizes = args.sizes
+    if args.table:
+        data = json.loads(args.table.read_text())
+        data["cost"]["verify"] = {int(n): v for n, v in data["cost"]["verify"].items()}
+        sizes = [s for s in sizes if f"head_{s}" in data["cost"]["draft"]]
+    else:
+        data = measure(args)
+    results = print_replays(data, sizes)
     if args.out:
         data["replays"] = results
         jsonio.atomic_write_text(args.out, json.dumps(data) + "\n")
