@@ -54,23 +54,19 @@ class Combination:
 
     def as_request(self) -> dict[str, Any]:
         """The fields a worker rebuilds it from (`from_request`; the A/B gate's base arm may be an older
-        commit, which builds its own Combination from them); draft_vocab, attention and lookup_first
-        only when set, so that a worker of a commit from before them still reads every other
-        combination. The decoding choices a preset made (the fused draft loop, a confidence threshold)
-        travel as values: the worker resolves no preset."""
+        commit, which builds its own Combination(**fields) from them). The decoding choices a preset
+        makes (the fused draft loop, a confidence threshold, a lookup before the draft) travel as
+        values, since the worker resolves no preset. Every field added after the first workers is
+        written only when set, so that a worker of a commit from before it still reads every
+        combination that does not use it (one that does fails to load there, naming the field)."""
         d = self.selection.decode
         fields: dict[str, Any] = {
             "pair": self.pair, "target_precision": self.target_precision, "draft_precision": self.draft_precision,
             "platform": self.platform, "device": self.device, "decoding": self.decoding, "k": self.k,
-            "mode": self.mode, "slow": self.slow, "fused_draft": d.fused_draft,
-            "confidence_threshold": d.confidence_threshold}
-        if self.draft_vocab is not None:
-            fields["draft_vocab"] = self.draft_vocab
-        if self.attention is not None:
-            fields["attention"] = self.attention
-        if d.lookup_first:
-            fields["lookup_first"] = d.lookup_first
-        return fields
+            "mode": self.mode, "slow": self.slow}
+        later = {"draft_vocab": self.draft_vocab, "attention": self.attention, "fused_draft": d.fused_draft or None,
+                 "confidence_threshold": d.confidence_threshold or None, "lookup_first": d.lookup_first or None}
+        return {**fields, **{name: value for name, value in later.items() if value is not None}}
 
     @classmethod
     def from_request(cls, matrix: Matrix, fields: dict[str, Any], settings: "PerfSettings") -> "Combination":
@@ -79,7 +75,8 @@ class Combination:
         request = Request(pair=fields["pair"], target_precision=fields.get("target_precision"),
                           draft_precision=fields.get("draft_precision"), ks=(fields["k"],) if fields.get("k") else None,
                           draft_vocab=fields.get("draft_vocab"), attention=fields.get("attention"),
-                          fused_draft=fields.get("fused_draft"), confidence_threshold=fields.get("confidence_threshold"),
+                          fused_draft=fields.get("fused_draft", False),
+                          confidence_threshold=fields.get("confidence_threshold", 0.0),
                           lookup_first=fields.get("lookup_first"), platform=fields["platform"],
                           given_by="the perf gate's request")
         return cls(_resolve(matrix, request, fields["decoding"], settings), fields["decoding"],

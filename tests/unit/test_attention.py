@@ -100,10 +100,8 @@ def test_the_perf_id_names_a_non_default_attention_and_old_workers_still_read_th
     assert eager.id == "tiny+draft:bf16+w8af32-tensor:cpu:greedy:k6:attn-eager"
     assert plain.model_key != eager.model_key
     # the request a worker of an older commit builds its own Combination(**fields) from: the same fields,
-    # and the decoding choices that travel as values
-    decoding = {"fused_draft": False, "confidence_threshold": 0.0}
-    assert plain.as_request() == {**base, **decoding}
-    assert eager.as_request() == {**base, **decoding, "attention": "eager"}
+    # nothing it does not know (fields added later are written only when set)
+    assert plain.as_request() == base and eager.as_request() == {**base, "attention": "eager"}
 
 
 def test_the_matrix_schema_offers_the_implementations_attention_knows():

@@ -205,3 +205,10 @@ def test_the_perf_gates_worker_runs_what_the_preset_chose():
     again = Combination.from_request(amd, fastest.as_request(), PerfSettings.from_matrix(amd))
     assert again.selection.decode == fastest.selection.decode and again.selection.decode.fused_draft
     assert again.id == fastest.id
+    request = fastest.as_request()
+    assert request["fused_draft"] is True and request["confidence_threshold"] == 0.7
+    # the class's own choice sends neither: a worker of a commit from before them still loads it
+    chosen = next(c for c in combinations(amd) if c.selection.preset is None and c.pair == fastest.pair)
+    assert "fused_draft" not in chosen.as_request() and "confidence_threshold" not in chosen.as_request()
+    assert Combination.from_request(amd, chosen.as_request(), PerfSettings.from_matrix(amd)).selection.decode == (
+        chosen.selection.decode)
