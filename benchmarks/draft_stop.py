@@ -136,9 +136,11 @@ def verification_ms(target: Any, input_ids: torch.Tensor, kmax: int, repeats: in
 
 
 @torch.no_grad()
-def draft_pass_ms(draft: Any, input_ids: torch.Tensor, subsets: dict[int, torch.Tensor], repeats: int) -> dict[str, float]:
-    """Median ms of one fused-loop pass (full output layer), of the output layer alone, and of a layer
-    over each subset's rows (built as the quantized draft's layer is: the same kind, S rows)."""
+def draft_pass_ms(draft: Any, input_ids: torch.Tensor, repeats: int) -> dict[str, float]:
+    """Median ms of one fused-loop pass and of its output layer alone. A layer over S of the vocab's
+    rows is costed at S / vocab of the full one (`subset_ms`): timed alone, a small layer stays in
+    the last-level cache and looks cheaper than inside a pass, which evicts it with the other
+    layers' weights."""
     loop = fused(draft)
     loop.length = 0
     loop(input_ids)
@@ -146,38 +148,11 @@ def draft_pass_ms(draft: Any, input_ids: torch.Tensor, subsets: dict[int, torch.
     token = torch.tensor([[int(input_ids[0, -1])]])
 
     def step() -> None:
-        loop.length = base  # the prefix: what the previous position drafted after it is written over
+        loop.length = base
         loop(token)
 
-    out = {"pass": _median_ms(step, repeats), "vocab": loop.head(loop.norm(loop.embed(token))).shape[-1]}
     hidden = loop.norm(torch.randn(1, 1, loop.embed.weight.shape[1], dtype=loop.dtype))
-    out["head"] = _median_ms(lambda: loop.head(hidden), repeats * 4)
-    for s, keep in subsets.items():
-        head = subset_layer(loop.head, keep)
-        out[f"head_{s}"] = _median_ms(lambda: head(hidden), repeats * 4)
-    return out
-
-
-def subset_layer(head: torch.nn.Module, keep: torch.Tensor) -> torch.nn.Module:
-    """An output layer of the same kind as `head` over the rows `keep`."""
-    from harness.workload.fused_draft import _PackedInt8, _dynamic_int8
-
-    if _dynamic_int8(head):
-        class _Rows:  # what _PackedInt8 reads of a dynamic int8 layer: its weight and bias
-            def __init__(self) -> None:
-                weight, bias = head._packed_params._weight_bias()
-                rows = torch._make_per_channel_quantized_tensor(
-                    weight.int_repr()[keep], weight.q_per_channel_scales()[keep],
-                    weight.q_per_channel_zero_points()[keep], 0)
-                self._packed_params = type("P", (), {"_weight_bias": lambda _: (rows, None if bias is None else bias[keep])})()
-
-        return _PackedInt8([_Rows()])
-    layer = torch.nn.Linear(head.in_features, len(keep), bias=head.bias is not None, dtype=head.weight.dtype)
-    with torch.no_grad():
-        layer.weight.copy_(head.weight[keep])
-        if head.bias is not None:
-            layer.bias.copy_(head.bias[keep])
-    return layer
+    return {"pass": _median_ms(step, repeats), "head": _median_ms(lambda: loop.head(hidden), repeats * 4)}
 
 
 # ---- the replay ---------------------------------------------------------------------------------
@@ -220,9 +195,7 @@ class Head:
 
 
 def subset_ms(cost: dict[str, Any], size: int) -> float:
-    """A subset layer's share of the full layer's time, by its rows. Timed alone, a small layer stays
-    in the last-level cache and looks cheaper than inside a pass, which evicts it with the other
-    layers' weights (`head_<size>` in the costs is that cached figure, for reference)."""
+    """A layer over `size` of the vocabulary's rows: its share of the full output layer's time."""
     return cost["draft"]["head"] * size / cost["draft"]["vocab"]
 
 
@@ -230,6 +203,7 @@ def replay(rows: list[dict[str, Any]], rule: Rule, head: Head, cost: dict[str, A
     """Step through one prompt's text under `rule` and `head`; counts and predicted milliseconds."""
     steps = drafted = fallbacks = tokens = 0
     ms = 0.0
+    pass_ms = cost["draft"]["pass"] - (cost["draft"]["head"] - subset_ms(cost, head.size) if head.size else 0)
     i = 0
     while i < len(rows):
         row = rows[i]
@@ -254,7 +228,6 @@ def replay(rows: list[dict[str, Any]], rule: Rule, head: Head, cost: dict[str, A
         drafted += n
         fallbacks += fb
         tokens += a + 1
-        pass_ms = cost["draft"]["pass"] - (cost["draft"]["head"] - subset_ms(cost, head.size) if head.size else 0)
         ms += cost["verify"][n] + n * pass_ms + fb * cost["draft"]["head"]
         i += a + 1
     return {"steps": steps, "drafted": drafted, "tokens": tokens, "fallbacks": fallbacks, "ms": ms}
@@ -345,7 +318,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     ids = prompts.encode(chosen[0], tok)
     print("timing the target's verification and the draft's passes ...")
     cost = {"verify": verification_ms(target.model, ids, args.kmax, args.repeats),
-            "draft": draft_pass_ms(draft.model, ids, subsets, args.repeats)}
+            "draft": {**draft_pass_ms(draft.model, ids, args.repeats), "vocab": vocab}}
     return {"cpu_class": sel.cpu_class, "threads": torch.get_num_threads(), "target": sel.target.name,
             "target_precision": sel.target.precision, "draft": sel.draft.name, "draft_precision": sel.draft.precision,
             "draft_layers": args.draft_layers, "kmax": args.kmax, "prompts": [p.id for p in chosen],
@@ -356,8 +329,7 @@ def print_replays(data: dict[str, Any], sizes: list[int]) -> list[dict[str, Any]
     """Every rule under every output layer, the best of each printed; all of them returned."""
     table, cost = data["table"], data["cost"]
     print(f"costs (ms): draft pass {cost['draft']['pass']:.1f}, its output layer {cost['draft']['head']:.1f}"
-          + "".join(f", {s} rows {subset_ms(cost, s):.1f} (alone, cached: {cost['draft'][f'head_{s}']:.1f})"
-                    for s in sizes)
+          + "".join(f", {s} rows {subset_ms(cost, s):.1f}" for s in sizes)
           + "; verification " + ", ".join(f"{n + 1}:{v:.0f}" for n, v in cost["verify"].items()))
     results = [evaluate(table, r, h, cost) for r, h in itertools.product(rules(data["kmax"]), heads(sizes))]
     best = min(results, key=lambda r: r["ms_per_token"])
@@ -381,7 +353,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.table:
         data = json.loads(args.table.read_text())
         data["cost"]["verify"] = {int(n): v for n, v in data["cost"]["verify"].items()}
-        sizes = [s for s in sizes if f"head_{s}" in data["cost"]["draft"]]
+        sizes = [s for s in sizes if str(s) in data["table"][0][0]["subset"]]
     else:
         data = measure(args)
     results = print_replays(data, sizes)

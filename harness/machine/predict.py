@@ -37,7 +37,7 @@ def alpha_for(e: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-def speedup(e: float, k: int, c: float, r: float) -> float:
+def speedup(e: float, k: float, c: float, r: float) -> float:
     """Predicted tokens/s of assisted over plain decoding."""
     return e / (k * c + r)
 
@@ -62,7 +62,7 @@ class StepCosts:
     def predict(self, e: float, drafted: float | None = None) -> float:
         """E / (K c + r), or with `drafted` (the mean draft tokens a step drafted, where steps stop
         before K: a confidence threshold, the text's end) E / (drafted c + r)."""
-        return speedup(e, self.k, self.c, self.r) if drafted is None else e / (drafted * self.c + self.r)
+        return speedup(e, self.k if drafted is None else drafted, self.c, self.r)
 
     def as_dict(self) -> dict[str, Any]:
         return {"target_ms": round(self.target_ms, 3), "verify_ms": round(self.verify_ms, 3),

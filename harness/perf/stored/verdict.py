@@ -13,6 +13,7 @@ from harness.perf.outcome import Outcome, combine
 from harness.perf.stored import placement, stats
 from harness.perf.record import METRICS, Samples
 from harness.perf.runner import Runner
+from harness.workload.decode import DecodeSettings
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,9 @@ def tolerances(baseline: dict[str, Any], override: float | None) -> dict[str, fl
     return {m: (override or baseline["tolerance"][m]) for m in METRICS}
 
 
-# decoding settings recorded since baselines first recorded theirs, at the value that meant "off"
-LATER_DECODE_DEFAULTS: dict[str, Any] = {"lookup_first": 0, "fused_draft": False}
+# decoding settings recorded since baselines first recorded theirs, at their defaults (what "off" means)
+LATER_DECODE_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(DecodeSettings)
+                                         if f.name in ("lookup_first", "fused_draft")}
 
 
 def check_comparable(runner: Runner, baseline: dict[str, Any]) -> None:
