@@ -95,6 +95,7 @@ class ClassChoice:
     num_assistant_tokens: int | None
     why: str
     fused_draft: bool | None = None  # greedy runs draft in the fused loop (harness/workload/fused_draft.py)
+    confidence_threshold: float | None = None  # a step ends after a drafted token less probable than this
 
 
 @dataclass(frozen=True)
@@ -361,7 +362,8 @@ def _pair_spec(name: str, p: dict[str, Any], path: Path) -> PairSpec:
         per_cpu_class={cls: ClassChoice(cpu_class=cls, target_precision=v.get("target_precision"),
                                         draft_precision=v.get("draft_precision"),
                                         num_assistant_tokens=v.get("num_assistant_tokens"), why=v["why"],
-                                        fused_draft=v.get("fused_draft"))
+                                        fused_draft=v.get("fused_draft"),
+                                        confidence_threshold=v.get("confidence_threshold"))
                        for cls, v in p.get("per_cpu_class", {}).items()},
         presets={preset: {cls: Preset(name=preset, cpu_class=cls, target_precision=v["target_precision"],
                                       draft_precision=v.get("draft_precision"),

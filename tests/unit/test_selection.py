@@ -38,6 +38,13 @@ def test_each_value_comes_from_the_first_layer_that_has_it_and_says_which():
     assert (preset.target.precision, preset.draft.precision, preset.k) == ("w8af32", "w8af32-tensor", 4)
     assert preset.origin("k") == "given" and preset.origin("target_precision") == "preset fastest"
     assert preset.reference_precision == "bf16" and preset.origin("reference_precision") == "preset fastest"
+    zen4 = resolve(registry.load_matrix(PACKAGED, cpu_class="avx512-bf16"), Request(check_here=False))
+    assert (zen4.k, zen4.decode.fused_draft, zen4.decode.confidence_threshold) == (16, True, 0.6)
+    assert zen4.origin("confidence_threshold") == zen4.origin("fused_draft") == "cpu-class avx512-bf16"
+    given = resolve(registry.load_matrix(PACKAGED, cpu_class="avx512-bf16"),
+                    Request(confidence_threshold=0.0, fused_draft=False, check_here=False))
+    assert (given.decode.fused_draft, given.decode.confidence_threshold, given.origin("fused_draft")) == (
+        False, 0.0, "given")
     generic = resolve(registry.load_matrix(PACKAGED, cpu_class="generic"), Request(check_here=False))
     assert generic.origin("k") == f"pair {DEFAULT_PAIR}" and "not measured on this class" in generic.reasons[0]
 
