@@ -154,6 +154,8 @@ class Selection:
         lookup = (f", prompt lookup first on {self.decode.lookup_first} matching tokens ({self.origin('lookup_first')})"
                   if self.decode.lookup_first else "")
         lookup += f", fused draft loop ({self.origin('fused_draft')})" if self.decode.fused_draft else ""
+        c = self.decode.confidence_threshold
+        lookup += f", a step ends below confidence {c:g} ({self.origin('confidence_threshold')})" if c else ""
         return f"{model('target', self.target)}{draft}, K={','.join(map(str, self.ks))} ({self.origin('k')}){lookup}"
 
     def as_values(self) -> dict[str, Any]:

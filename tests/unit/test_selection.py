@@ -41,6 +41,8 @@ def test_each_value_comes_from_the_first_layer_that_has_it_and_says_which():
     zen4 = resolve(registry.load_matrix(PACKAGED, cpu_class="avx512-bf16"), Request(check_here=False))
     assert (zen4.k, zen4.decode.fused_draft, zen4.decode.confidence_threshold) == (16, True, 0.6)
     assert zen4.origin("confidence_threshold") == zen4.origin("fused_draft") == "cpu-class avx512-bf16"
+    assert "fused draft loop (cpu-class avx512-bf16), a step ends below confidence 0.6 (cpu-class avx512-bf16)" in (
+        zen4.headline())
     given = resolve(registry.load_matrix(PACKAGED, cpu_class="avx512-bf16"),
                     Request(confidence_threshold=0.0, fused_draft=False, check_here=False))
     assert (given.decode.fused_draft, given.decode.confidence_threshold, given.origin("fused_draft")) == (
