@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from harness.measure import phases
+from harness.workload.fused_draft import fused
 
 PLANT_INTO = ("target", "draft", "verify", "glue")  # --perf-plant-into: where a planted slowdown goes
 ASSISTED_ONLY = ("draft", "verify", "glue")         # those that need an assisted combination
@@ -81,3 +82,17 @@ class PlantedGlue:
 
         model.register_forward_pre_hook(before, with_kwargs=True, prepend=True)
         model.register_forward_hook(after)
+
+
+def plant(target: Any, draft: Any | None, into: str, fraction: float, *, fused_draft: bool = False) -> None:
+    """Plant `fraction` into the part of an assisted step `into` names (PLANT_INTO), on the module the
+    run calls: the draft's fused loop where the selection drafts with it (harness/workload/fused_draft.py),
+    since that loop runs the draft's layers without its forward."""
+    if into not in PLANT_INTO:
+        raise ValueError(f"plant_into must be one of {', '.join(PLANT_INTO)}; got {into!r}")
+    if into == "glue":
+        PlantedGlue(target, fraction)
+    elif into == "draft":
+        PlantedSlowdown(fused(draft) if fused_draft else draft, fraction)
+    else:
+        PlantedSlowdown(target, fraction, only_verify=into == "verify")

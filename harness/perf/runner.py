@@ -48,18 +48,14 @@ def load_pair(combo: Combination, *, slowdown: float = 0.0, plant_into: str = "t
         draft = models.load(sel.draft.spec, sel.draft.precision, sel.device, draft_vocab=sel.draft.draft_vocab,
                             attention=attention)
     if slowdown:
-        if plant_into not in plant.PLANT_INTO:
-            raise ValueError(f"plant_into must be one of {', '.join(plant.PLANT_INTO)}; got {plant_into!r}")
         victim = draft if plant_into == "draft" else target
         if victim is None:
             raise ValueError(f"{combo.id}: has no draft model to slow down (prompt lookup)")
-        if plant_into == "glue":
-            log.warning("planting %.1f%% of a verification pass as host work before each one", slowdown * 100)
-            plant.PlantedGlue(target.model, slowdown)
-        else:
-            log.warning("planting a %.0f%% slowdown into %s's %s", slowdown * 100, victim.name,
-                        "verification passes" if plant_into == "verify" else "forward pass")
-            plant.PlantedSlowdown(victim.model, slowdown, only_verify=plant_into == "verify")
+        fused_draft = plant_into == "draft" and sel.decode.fused_draft
+        log.warning("planting %.1f%% into %s: %s", slowdown * 100, victim.name, {
+            "glue": "host work before each verification, of the pass's time", "verify": "its verification passes",
+            "draft": "its fused draft loop" if fused_draft else "its forward pass"}.get(plant_into, "its forward pass"))
+        plant.plant(target.model, draft.model if draft else None, plant_into, slowdown, fused_draft=fused_draft)
     return LoadedPair(combo.model_key, target, draft)
 
 

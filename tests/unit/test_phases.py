@@ -127,6 +127,24 @@ def test_a_slower_draft_shows_in_the_draft_step_and_not_in_the_verification(targ
     assert 0.5 < verify_ratio < 1.6, verify_ratio
 
 
+def test_a_slower_draft_reaches_the_fused_loop(target):
+    """The fused loop runs the draft's layers without the model's forward, so a draft planted through
+    the forward alone would not slow it: planted for a fused run, its draft step moves by about 4x."""
+    from harness.perf import plant
+
+    ids, fused = prompt(seed=2), DecodeSettings(max_new_tokens=40, fused_draft=True)
+    drafts = {"base": perturbed(target, 0.6, seed=3), "slow": perturbed(target, 0.6, seed=3)}
+    plant.plant(target, drafts["slow"], "draft", 3.0, fused_draft=True)
+    runs: dict[str, list] = {name: [] for name in drafts}
+    for _ in range(3):
+        for name, d in drafts.items():
+            runs[name].append(measure_generation(target, ids, fused, mode="assisted", k=K, assistant=d))
+    assert runs["base"][0].tokens == runs["slow"][0].tokens
+    pooled = {name: phases.pooled(r.phases for r in rs) for name, rs in runs.items()}
+    ratio = pooled["slow"]["draft_step"].median_ms / pooled["base"]["draft_step"].median_ms
+    assert ratio > 2.5, ratio
+
+
 def test_a_round_carries_its_phases_and_refuses_malformed_ones():
     doc = {"plain_tokens_per_sec": 3.0, "assisted_tokens_per_sec": 7.5, "speedup": 2.5,
            "counters": {"p0": {"new_tokens": 32, "drafted": 30, "accepted": 25, "target_forwards": 7}},
