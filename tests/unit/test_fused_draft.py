@@ -192,9 +192,11 @@ def test_a_preset_chooses_it_for_greedy_runs_and_a_run_it_cannot_serve_drafts_th
     assert not resolve(amd, Request(preset="fastest", schedule="heuristic", check_here=False)).decode.fused_draft
     off = resolve(amd, Request(preset="fastest", fused_draft=False, check_here=False))
     assert not off.decode.fused_draft and off.origin("fused_draft") == "given"
-    # the class's own choice (make bench, the merge gate) drafts through transformers: a draft that
-    # proposes otherwise changes the greedy counters the A/B gate compares exactly
-    assert not resolve(amd, Request(check_here=False)).decode.fused_draft
+    # the class's own choice (make bench, the merge gate) drafts with the fused loop too, but a sampled
+    # run of it drafts through transformers and keeps the class's threshold
+    chosen_sampled = resolve(amd, Request(do_sample=True, check_here=False)).decode
+    assert resolve(amd, Request(check_here=False)).decode.fused_draft
+    assert not chosen_sampled.fused_draft and chosen_sampled.confidence_threshold == 0.6
 
 
 def test_the_perf_gates_worker_runs_what_the_preset_chose():
@@ -207,8 +209,14 @@ def test_the_perf_gates_worker_runs_what_the_preset_chose():
     assert again.id == fastest.id
     request = fastest.as_request()
     assert request["fused_draft"] is True and request["confidence_threshold"] == 0.7
-    # the class's own choice sends neither: a worker of a commit from before them still loads it
-    chosen = next(c for c in combinations(amd) if c.selection.preset is None and c.pair == fastest.pair)
+    # a combination that uses neither sends neither: a worker of a commit from before them still loads it
+    avx2 = registry.load_matrix(registry.DEFAULT_MATRIX, cpu_class="avx2")
+    chosen = next(c for c in combinations(avx2) if c.selection.preset is None and c.pair == fastest.pair)
     assert "fused_draft" not in chosen.as_request() and "confidence_threshold" not in chosen.as_request()
-    assert Combination.from_request(amd, chosen.as_request(), PerfSettings.from_matrix(amd)).selection.decode == (
+    assert Combination.from_request(avx2, chosen.as_request(), PerfSettings.from_matrix(avx2)).selection.decode == (
         chosen.selection.decode)
+    # the avx512-bf16 class's own choice sends both, and its worker runs what the class chose
+    zen4 = next(c for c in combinations(amd) if c.selection.preset is None and c.pair == fastest.pair)
+    assert (zen4.as_request()["fused_draft"], zen4.as_request()["confidence_threshold"]) == (True, 0.6)
+    assert Combination.from_request(amd, zen4.as_request(), PerfSettings.from_matrix(amd)).selection.decode == (
+        zen4.selection.decode)
