@@ -84,15 +84,17 @@ class PlantedGlue:
         model.register_forward_hook(after)
 
 
-def plant(target: Any, draft: Any | None, into: str, fraction: float, *, fused_draft: bool = False) -> None:
+def plant(target: Any, draft: Any | None, into: str, fraction: float, *, fused_draft: bool = False) -> str:
     """Plant `fraction` into the part of an assisted step `into` names (PLANT_INTO), on the module the
     run calls: the draft's fused loop where the selection drafts with it (harness/workload/fused_draft.py),
-    since that loop runs the draft's layers without its forward."""
+    since that loop runs the draft's layers without its forward. Returns what it slowed, for the log."""
     if into not in PLANT_INTO:
         raise ValueError(f"plant_into must be one of {', '.join(PLANT_INTO)}; got {into!r}")
     if into == "glue":
         PlantedGlue(target, fraction)
-    elif into == "draft":
+        return "host work before each verification, of the pass's time"
+    if into == "draft":
         PlantedSlowdown(fused(draft) if fused_draft else draft, fraction)
-    else:
-        PlantedSlowdown(target, fraction, only_verify=into == "verify")
+        return "the draft's fused loop" if fused_draft else "the draft's forward pass"
+    PlantedSlowdown(target, fraction, only_verify=into == "verify")
+    return "the target's verification passes" if into == "verify" else "the target's forward pass"

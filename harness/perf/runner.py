@@ -51,11 +51,9 @@ def load_pair(combo: Combination, *, slowdown: float = 0.0, plant_into: str = "t
         victim = draft if plant_into == "draft" else target
         if victim is None:
             raise ValueError(f"{combo.id}: has no draft model to slow down (prompt lookup)")
-        fused_draft = plant_into == "draft" and sel.decode.fused_draft
-        log.warning("planting %.1f%% into %s: %s", slowdown * 100, victim.name, {
-            "glue": "host work before each verification, of the pass's time", "verify": "its verification passes",
-            "draft": "its fused draft loop" if fused_draft else "its forward pass"}.get(plant_into, "its forward pass"))
-        plant.plant(target.model, draft.model if draft else None, plant_into, slowdown, fused_draft=fused_draft)
+        where = plant.plant(target.model, draft.model if draft else None, plant_into, slowdown,
+                            fused_draft=sel.decode.fused_draft)
+        log.warning("planted %.1f%% into %s (%s)", slowdown * 100, where, victim.name)
     return LoadedPair(combo.model_key, target, draft)
 
 
