@@ -5,29 +5,22 @@ on tiny models."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from harness.measure.generate import measure_generation
 from harness.workload.decode import DecodeSettings
+from bench_scripts import script_module
 from tiny_models import perturbed, prompt, tiny_model
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "draft_stop.py"
 K, NEW = 4, 24
 
 
 @pytest.fixture(scope="module")
 def draft_stop():
-    spec = importlib.util.spec_from_file_location("draft_stop", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    with script_module("draft_stop") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")
