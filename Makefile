@@ -17,6 +17,8 @@ JUNIT_DIR   ?=
 # measurements; a file, or a postgresql:// URL (docs/history.md).
 HISTORY     ?= results/history.sqlite
 junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$(1).xml)
+# The slowest tests of each stage of make test, printed at its end: where CI's minutes go.
+DURATIONS   ?= --durations=15
 PAIR        ?= qwen-coder-1.5b+0.5b
 SMOKE_PAIR  ?= smollm2-135m+self
 BENCH_ARGS  ?=
@@ -109,7 +111,7 @@ unit: setup
 # subset, in the sandbox), and the merge gate: the A/B perf gate of this tree against the reference
 # commit (baselines/reference.json) on the default pair, greedy.
 test: setup postgres-tools
-	$(PY) -m pytest tests/unit tests/integration $(call junit,unit)
+	$(PY) -m pytest tests/unit tests/integration $(DURATIONS) $(call junit,unit)
 	$(MAKE) accuracy
 	$(MAKE) perf-ab
 	$(MAKE) history-report
@@ -141,7 +143,7 @@ perf-ab: setup
 HE_OUT      ?= results/humaneval
 accuracy: fetch
 	$(PY) -m harness models fetch smollm2-135m-instruct
-	$(PY) -m pytest tests/accuracy -m "accuracy and not slow" -rA -s $(call junit,accuracy)
+	$(PY) -m pytest tests/accuracy -m "accuracy and not slow" -rA -s $(DURATIONS) $(call junit,accuracy)
 
 # Every accuracy combination, the 1.5B pair's and the full HumanEval included (hours on a CPU).
 accuracy-all: fetch
