@@ -18,21 +18,24 @@ from accuracy_common import load, matrix, save
 pytestmark = [pytest.mark.accuracy, pytest.mark.real]
 
 # (pair, target precision, draft precision or None, max new tokens, marks[, attention of both models])
+# The rows in make test (not slow) decode 32 new tokens a prompt, the slow ones 48: a bug in how a
+# rejected draft is rolled back shows at the first rejection, within the first steps, and make test
+# has a 30-minute budget on the slowest host (docs/ci.md).
 COMBINATIONS = [
-    ("smollm2-135m+self", "fp32", "fp32", 64, []),
+    ("smollm2-135m+self", "fp32", "fp32", 32, []),
     # eager attention (harness/workload/attention.py) instead of transformers' default sdpa
-    ("smollm2-135m+self", "fp32", "fp32", 64, [], "eager"),
-    ("smollm2-135m+self", "bf16", "w8af32", 64, []),
+    ("smollm2-135m+self", "fp32", "fp32", 32, [], "eager"),
+    ("smollm2-135m+self", "bf16", "w8af32", 32, []),
     # a quantized target: per-token activation scales keep a verified block equal to one token at a time
-    ("smollm2-135m+self", "w8af32", "w8af32", 64, []),
-    ("smollm2-135m+lookup", "fp32", None, 64, []),
-    ("smollm2-135m+lookup", "bf16", None, 64, []),
+    ("smollm2-135m+self", "w8af32", "w8af32", 32, []),
+    ("smollm2-135m+lookup", "fp32", None, 32, []),
+    ("smollm2-135m+lookup", "bf16", None, 32, []),
     # the precisions harness/matrix.toml chooses for this machine's CPU class (python -m harness doctor)
     ("qwen-coder-1.5b+0.5b", CHOSEN, CHOSEN, 48, [pytest.mark.slow]),
     # the pair's fastest preset for this CPU class (bench --preset fastest): precisions and K
-    ("qwen-coder-1.5b+0.5b", "fastest", "fastest", 48, []),
+    ("qwen-coder-1.5b+0.5b", "fastest", "fastest", 32, []),
     ("qwen-coder-1.5b+0.5b", "bf16", "w8af32-tensor", 48, [pytest.mark.slow]),  # the pair's default draft
-    ("qwen-coder-1.5b+0.5b", "bf16", "w8af32-tensor", 48, [], "eager"),
+    ("qwen-coder-1.5b+0.5b", "bf16", "w8af32-tensor", 32, [], "eager"),
     ("qwen-coder-1.5b+0.5b", "w6a16", "w8af32-tensor", 48, [pytest.mark.slow]),  # the reference's 6-bit target
     ("qwen-coder-1.5b+0.5b", "bf16", "w8af32", 48, [pytest.mark.slow]),
     ("qwen-coder-1.5b+0.5b", "bf16", "bf16", 48, [pytest.mark.slow]),
