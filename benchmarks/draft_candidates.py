@@ -59,21 +59,28 @@ class Arm:
     text: tuple[int, ...]
 
 
-def run_arm(name: str, target: Any, draft: Any | None, ids: torch.Tensor, prompt: str,
+def assisting(target: Any, draft: Any, k: int) -> dict[str, Any]:
+    """The generate arguments that make `draft` assist `target` at a constant K, decided once per
+    candidate: across tokenizers where their vocabularies differ."""
+    draft.model.generation_config.num_assistant_tokens = k
+    draft.model.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.model.generation_config.assistant_confidence_threshold = 0.0
+    kwargs: dict[str, Any] = {"assistant_model": draft.model}
+    if draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
+        kwargs.update(tokenizer=target.tokenizer, assistant_tokenizer=draft.tokenizer)
+    return kwargs
+
+
+def run_arm(name: str, target: Any, assist: dict[str, Any] | None, ids: torch.Tensor, prompt: str,
             args: argparse.Namespace) -> Arm:
-    """One greedy generation, plain (draft None) or assisted, every forward pass timed."""
+    """One greedy generation, plain (assist None) or assisted (`assisting`), every forward pass timed."""
     timer = PassTimer(time.perf_counter)
     handles = timer.attach(target.model, "target")
     settings: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "do_sample": False,
                                 "pad_token_id": target.tokenizer.pad_token_id or 0}
-    if draft is not None:
-        handles += timer.attach(draft.model, "draft")
-        draft.model.generation_config.num_assistant_tokens = args.k
-        draft.model.generation_config.num_assistant_tokens_schedule = "constant"
-        draft.model.generation_config.assistant_confidence_threshold = 0.0
-        settings["assistant_model"] = draft.model
-        if draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
-            settings.update(tokenizer=target.tokenizer, assistant_tokenizer=draft.tokenizer)
+    if assist is not None:
+        handles += timer.attach(assist["assistant_model"], "draft")
+        settings.update(assist)
     try:
         t0 = time.perf_counter()
         with torch.no_grad():
@@ -132,7 +139,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     matrix = load_matrix()
     sel = resolve(matrix, Request(pair=args.pair))
     target = models.load(sel.target.spec, args.target_precision)
-    drafts = {f"{n}:{p}": models.load(models.resolve_spec(matrix, n), p) for n, p in args.candidate_list}
+    drafts = {f"{n}:{p}": assisting(target, models.load(models.resolve_spec(matrix, n), p), args.k)
+              for n, p in args.candidate_list}
     chosen = prompts.load_prompts(sel.prompt_set, target.tokenizer, limit=args.limit)
     print(f"target {sel.target.name} ({args.target_precision}), K={args.k}, {len(chosen)} prompts x "
           f"{args.max_new_tokens} tokens, {torch.get_num_threads()} threads, CPU class {sel.cpu_class}")

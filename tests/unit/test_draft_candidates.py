@@ -62,7 +62,7 @@ def permuted(target: torch.nn.Module) -> tuple[torch.nn.Module, Any]:
 def arms(dc, target: Loaded, draft: Loaded, ids: torch.Tensor):
     args = argparse.Namespace(k=K, max_new_tokens=NEW)
     plain = dc.run_arm("plain", target, None, ids, "p0", args)
-    assisted = dc.run_arm("draft", target, draft, ids, "p0", args)
+    assisted = dc.run_arm("draft", target, dc.assisting(target, draft, K), ids, "p0", args)
     return plain, assisted, dc.summary("draft", [assisted], [plain])
 
 
