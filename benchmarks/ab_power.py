@@ -37,7 +37,7 @@ from harness.core.cachedir import cache_root
 from harness.workload import registry
 from pytest_benchmark.utils import parse_compare_fail
 
-from harness.perf import plant_package, replay
+from harness.perf import combinations, plant_package, replay
 from harness.perf.plant import PLANT_INTO
 from harness.perf.ab import duet, environment, revision
 from harness.perf.stored import stats
@@ -79,9 +79,8 @@ def parse_args(argv):
 
 
 def combination(matrix: registry.Matrix, pair_name: str, settings: PerfSettings) -> Combination:
-    """The pair's choice for this CPU class as a greedy CPU perf combination."""
-    fields = {"pair": pair_name, "target_precision": None, "platform": "cpu", "decoding": "greedy", "k": None}
-    return Combination.from_request(matrix, fields, settings)
+    """The pair's choice for this CPU class as the merge gate runs it (greedy, CPU; its K and drafting)."""
+    return combinations.of_pair(matrix, pair_name, settings, given_by="benchmarks/ab_power.py")
 
 
 def parse_level(text: str) -> tuple[str, float]:

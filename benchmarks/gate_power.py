@@ -33,7 +33,9 @@ from harness.measure import interleave
 from harness.workload import registry
 from harness.perf.stored import stats
 from harness.perf.outcome import Outcome
-from harness.perf.combinations import Combination, PerfSettings
+from harness.perf import combinations
+from harness.perf.combinations import PerfSettings
+from harness.workload.registry import CHOSEN
 from harness.perf.record import METRICS
 from harness.perf.plant import PlantedSlowdown
 from harness.perf.runner import Runner, load_pair
@@ -138,10 +140,8 @@ def parse_args(argv):
 
 def combination(matrix, args, settings):
     """The pair at --precisions (default: its choice for this CPU class) as a greedy CPU perf combination."""
-    tp, _, dp = (args.precisions or "").partition("+")
-    fields = {"pair": args.pair, "target_precision": tp or None, "draft_precision": dp or None, "platform": "cpu",
-              "decoding": "greedy", "k": None}
-    return Combination.from_request(matrix, fields, settings)
+    return combinations.of_pair(matrix, args.pair, settings, precisions=args.precisions or CHOSEN,
+                                given_by="benchmarks/gate_power.py")
 
 
 def pools_for(matrix, combo, settings, levels, args):

@@ -1,8 +1,12 @@
 """The perf gate's combinations: pair x precisions x platform x decoding x K, from matrix.toml's
 [perf] table, with an id that reads well:
     qwen-coder-1.5b+0.5b:bf16+w8af32-tensor:cpu:greedy:k6
-(with :vN for a restricted draft vocabulary and :attn-NAME for an attention implementation other than
-transformers' default) and the gate's settings (rounds, cap, tolerance floor, sampling) from the same table.
+(with :vN for a restricted draft vocabulary, :attn-NAME for an attention implementation other than
+transformers' default, and the drafting choices a CPU class or preset makes: :fused for the fused draft
+loop, :cN for a confidence threshold, :lookupN for a prompt lookup before the draft; two combinations
+that run differently never share an id) and the gate's settings (rounds, cap, tolerance floor,
+sampling) from the same table. `of_pair` resolves one pair as the merge gate does, for the benchmarks
+that measure the gate.
 """
 
 from __future__ import annotations
@@ -44,7 +48,10 @@ class Combination:
     def id(self) -> str:
         vocab = f":v{self.draft_vocab}" if self.draft_vocab else ""
         attention = f":attn-{self.attention}" if self.attention else ""
-        return f"{self.pair}:{self.precisions}:{self.platform}:{self.decoding}:k{self.k}{vocab}{attention}"
+        d = self.selection.decode
+        drafting = ((":fused" if d.fused_draft else "") + (f":c{d.confidence_threshold:g}" if d.confidence_threshold else "")
+                    + (f":lookup{d.lookup_first}" if d.lookup_first else ""))
+        return f"{self.pair}:{self.precisions}:{self.platform}:{self.decoding}:k{self.k}{vocab}{attention}{drafting}"
 
     @property
     def model_key(self) -> tuple[str, str, str | None, str, int, str]:
@@ -102,18 +109,11 @@ def combinations(matrix: Matrix, settings: "PerfSettings | None" = None) -> list
         for spec in entry["precisions"]:
             by_class = spec == CHOSEN or spec in pair.presets
             where = f"{matrix.path}: perf.combinations.{i}"
-            if spec in pair.presets:
-                if matrix.cpu_class not in pair.presets[spec]:
-                    log.info("perf: pair %s has no %s preset for CPU class %s; that combination is not run",
-                             pair.name, spec, matrix.cpu_class)
-                    continue
-                request = Request(pair=pair.name, preset=spec, given_by=where)
-            elif spec == CHOSEN:
-                request = Request(pair=pair.name, given_by=where)
-            else:
-                target_p, _, draft_p = spec.partition("+")  # the table's 'target+draft' (checked on load)
-                request = Request(pair=pair.name, target_precision=target_p, draft_precision=draft_p or None,
-                                  given_by=where)
+            if spec in pair.presets and matrix.cpu_class not in pair.presets[spec]:
+                log.info("perf: pair %s has no %s preset for CPU class %s; that combination is not run",
+                         pair.name, spec, matrix.cpu_class)
+                continue
+            request = _request(pair.name, spec, pair.presets, where)
             for platform in entry["platforms"]:
                 for decoding in entry["decoding"]:
                     r = dataclasses.replace(request, platform=platform, attention=entry.get("attention"))
@@ -129,6 +129,28 @@ def combinations(matrix: Matrix, settings: "PerfSettings | None" = None) -> list
                     if by_class:
                         chosen.add(combo.id)
     return list(out.values())
+
+
+def _request(pair: str, spec: str, presets: Any, given_by: str) -> Request:
+    """A [perf] line's precisions entry as a request: a preset's name, 'chosen' (the pair's choice for
+    this CPU class), or 'target+draft' (checked on load)."""
+    if spec in presets:
+        return Request(pair=pair, preset=spec, given_by=given_by)
+    if spec == CHOSEN:
+        return Request(pair=pair, given_by=given_by)
+    target_p, _, draft_p = spec.partition("+")
+    return Request(pair=pair, target_precision=target_p, draft_precision=draft_p or None, given_by=given_by)
+
+
+def of_pair(matrix: Matrix, pair: str, settings: "PerfSettings", *, precisions: str = CHOSEN,
+            decoding: str = "greedy", platform: str = "cpu", given_by: str = "a benchmark") -> Combination:
+    """One pair as the merge gate resolves a [perf] line of it: at `precisions` ('chosen': the pair's
+    choice for this CPU class, a preset's name, or 'target+draft'), with the K and drafting choices the
+    CPU class or preset makes. The gate-power benchmarks measure the gate through this, so that what
+    they measure is what `make test` gates (same id, same run)."""
+    request = dataclasses.replace(_request(matrix.pair(pair).name, precisions, matrix.pair(pair).presets, given_by),
+                                  platform=platform)
+    return Combination(_resolve(matrix, request, decoding, settings), decoding)
 
 
 @dataclass(frozen=True)

@@ -220,3 +220,25 @@ def test_the_perf_gates_worker_runs_what_the_preset_chose():
     assert (zen4.as_request()["fused_draft"], zen4.as_request()["confidence_threshold"]) == (True, 0.6)
     assert Combination.from_request(amd, zen4.as_request(), PerfSettings.from_matrix(amd)).selection.decode == (
         zen4.selection.decode)
+
+
+def test_the_gate_power_benchmarks_measure_what_the_merge_gate_runs():
+    """benchmarks/ab_power.py and gate_power.py resolve the pair as the merge gate's [perf] line does:
+    the class's K and its drafting choices (the fused loop, the confidence threshold), under the same
+    id; and two combinations that draft differently never share an id."""
+    from bench_scripts import script_module
+
+    amd = registry.load_matrix(registry.DEFAULT_MATRIX, cpu_class="avx512-bf16")
+    settings = PerfSettings.from_matrix(amd)
+    gated = next(c for c in combinations(amd) if c.selection.preset is None and c.pair == "qwen-coder-1.5b+0.5b"
+                 and c.decoding == "greedy" and c.platform == "cpu" and not c.slow)
+    with script_module("ab_power") as ab_power:
+        measured = ab_power.combination(amd, gated.pair, settings)
+    assert (measured.id, measured.selection.decode, measured.k) == (gated.id, gated.selection.decode, gated.k)
+    assert measured.selection.decode.fused_draft and measured.id.endswith(":k16:fused:c0.6")
+    with script_module("gate_power") as gate_power:
+        args = gate_power.parse_args(["--pair", gated.pair])
+        assert gate_power.combination(amd, args, settings).id == gated.id
+    unfused = Combination.from_request(amd, {**gated.as_request(), "fused_draft": False, "confidence_threshold": 0.0},
+                                       settings)
+    assert unfused.k == gated.k and unfused.id == gated.id.removesuffix(":fused:c0.6")
