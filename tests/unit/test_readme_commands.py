@@ -46,11 +46,11 @@ def test_pytest_m_perf_from_the_repository_root():
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "import file mismatch" not in r.stdout
     ids = collected(r)
-    # the default pair with this CPU class's precisions and K (amx: bf16+w8af32-tensor, k6)
-    from harness.workload.selection import Request, resolve
+    # the default pair with this CPU class's precisions, K and drafting (amx: bf16+w8af32-tensor, k6)
+    from harness.perf.combinations import PerfSettings, of_pair
 
-    sel = resolve(registry.load_matrix(), Request(pair="qwen-coder-1.5b+0.5b", check_here=False))
-    default = f"qwen-coder-1.5b+0.5b:{sel.precisions}:cpu:greedy:k{sel.k}"
+    matrix = registry.load_matrix()
+    default = of_pair(matrix, "qwen-coder-1.5b+0.5b", PerfSettings.from_matrix(matrix)).id
     assert f"tests/perf/test_perf_gate.py::test_perf[{default}]" in ids
     assert all("tests/perf/" in line for line in ids)
 
