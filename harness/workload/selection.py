@@ -177,10 +177,11 @@ class Selection:
 class _Sources:
     """The layers one value may come from, first that has it wins, and the origin of each value taken."""
 
-    def __init__(self, matrix: Matrix, pair: PairSpec | None, preset: Preset | None) -> None:
+    def __init__(self, matrix: Matrix, pair: PairSpec | None, preset: Preset | None, *, on_cpu: bool = True) -> None:
         cls = matrix.cpu_class
-        chosen = pair.per_cpu_class.get(cls) if pair else None
-        self.pair, self.preset, self.chosen, self.cls = pair, preset, chosen, cls
+        # the class's choice was measured on this CPU's kernels: a run on another device does without it
+        chosen = pair.per_cpu_class.get(cls) if (pair and on_cpu) else None
+        self.pair, self.preset, self.chosen, self.cls, self.on_cpu = pair, preset, chosen, cls, on_cpu
         self.layers = [(preset, f"{Origin.PRESET} {preset.name}" if preset else ""),
                        (chosen, f"{Origin.CPU_CLASS} {cls}"),
                        (pair, f"{Origin.PAIR} {pair.name}" if pair else ""),
@@ -214,6 +215,8 @@ class _Sources:
                        f"({pair.name}.presets.{preset.name}.{cls}): {preset.why}")
         if chosen and pair:
             out.append(f"CPU class {cls} choice ({pair.name}.per_cpu_class.{cls}): {chosen.why}")
+        elif pair and pair.per_cpu_class and not self.on_cpu:
+            out.append(f"not on the CPU: the pair's own settings ({pair.name}.per_cpu_class is measured on CPU kernels)")
         elif pair and pair.per_cpu_class:
             out.append(f"no {cls} entry for {pair.name} (has: {', '.join(pair.per_cpu_class)}): the pair's own "
                        "settings, not measured on this class")
@@ -234,7 +237,10 @@ def resolve(matrix: Matrix, request: Request = Request()) -> Selection:
     if r.preset and pair is None:
         raise BadInputError(f"{opt['preset']} {r.preset}: presets belong to a pair; give {opt['pair']} "
                             "(python -m harness pairs lists them)")
-    src = _Sources(matrix, pair, pair.preset(r.preset, matrix.cpu_class) if (pair and r.preset) else None)
+    platform_name = r.platform or "cpu"
+    device = matrix.platform(platform_name).device
+    src = _Sources(matrix, pair, pair.preset(r.preset, matrix.cpu_class) if (pair and r.preset) else None,
+                   on_cpu=device == "cpu")
     target, draft = _models(matrix, r, pair, src, opt)
     if r.lookup_first is not None and draft is None:
         raise BadInputError(f"{opt['lookup_first']} {r.lookup_first}: a lookup before the draft needs a draft model; "
@@ -250,8 +256,6 @@ def resolve(matrix: Matrix, request: Request = Request()) -> Selection:
     if ks is None:
         raise RegistryError(f"{matrix.path}: no num_assistant_tokens for {target.name} without a pair: give "
                             f"{opt['ks']} or add defaults.num_assistant_tokens to the registry")
-    platform_name = r.platform or "cpu"
-    device = matrix.platform(platform_name).device
     if r.check_here and (reason := device_available(device)):
         raise UnsupportedHereError(f"{opt['platform']} {platform_name}: {reason}")
     attention = resolve_attention(r.attention, fast=r.fast_attention, device=device)

@@ -51,6 +51,19 @@ def test_each_value_comes_from_the_first_layer_that_has_it_and_says_which():
     assert generic.origin("k") == f"pair {DEFAULT_PAIR}" and "not measured on this class" in generic.reasons[0]
 
 
+def test_a_cpu_class_choice_stays_on_the_cpu():
+    """The class's choice was measured on this CPU's kernels: a CUDA run on the same host takes the
+    pair's own K and drafting, not the AVX512-BF16 class's K=16, fused loop and threshold."""
+    amd = registry.load_matrix(PACKAGED, cpu_class="avx512-bf16")
+    cpu = resolve(amd, Request(check_here=False))
+    assert (cpu.k, cpu.decode.fused_draft, cpu.decode.confidence_threshold) == (16, True, 0.6)
+    gpu = resolve(amd, Request(platform="cuda", check_here=False))
+    assert (gpu.k, gpu.decode.fused_draft, gpu.decode.confidence_threshold) == (6, False, 0.0)
+    assert gpu.origin("k") == f"pair {DEFAULT_PAIR}" and gpu.origin("target_precision") == f"pair {DEFAULT_PAIR}"
+    assert gpu.reasons == (f"not on the CPU: the pair's own settings ({DEFAULT_PAIR}.per_cpu_class is measured on "
+                           "CPU kernels)",)
+
+
 def test_decode_settings_are_built_here_and_mean_the_same_for_every_caller(tiny):
     s = resolve(tiny, Request(pair="tiny+draft"))
     d = tiny.defaults
