@@ -113,11 +113,10 @@ def combinations(matrix: Matrix, settings: "PerfSettings | None" = None) -> list
                 log.info("perf: pair %s has no %s preset for CPU class %s; that combination is not run",
                          pair.name, spec, matrix.cpu_class)
                 continue
-            request = _request(pair.name, spec, pair.presets, where)
             for platform in entry["platforms"]:
                 for decoding in entry["decoding"]:
-                    r = dataclasses.replace(request, platform=platform, attention=entry.get("attention"))
-                    combo = Combination(_resolve(matrix, r, decoding, settings), decoding, entry.get("slow", False))
+                    combo = of_pair(matrix, pair.name, settings, precisions=spec, decoding=decoding, platform=platform,
+                                    attention=entry.get("attention"), slow=entry.get("slow", False), given_by=where)
                     if combo.id in out:
                         if not by_class and combo.id not in chosen:
                             raise RegistryError(f"{matrix.path}: perf.combinations: {combo.id} is listed twice; "
@@ -131,26 +130,24 @@ def combinations(matrix: Matrix, settings: "PerfSettings | None" = None) -> list
     return list(out.values())
 
 
-def _request(pair: str, spec: str, presets: Any, given_by: str) -> Request:
-    """A [perf] line's precisions entry as a request: a preset's name, 'chosen' (the pair's choice for
-    this CPU class), or 'target+draft' (checked on load)."""
-    if spec in presets:
-        return Request(pair=pair, preset=spec, given_by=given_by)
-    if spec == CHOSEN:
-        return Request(pair=pair, given_by=given_by)
-    target_p, _, draft_p = spec.partition("+")
-    return Request(pair=pair, target_precision=target_p, draft_precision=draft_p or None, given_by=given_by)
-
-
 def of_pair(matrix: Matrix, pair: str, settings: "PerfSettings", *, precisions: str = CHOSEN,
-            decoding: str = "greedy", platform: str = "cpu", given_by: str = "a benchmark") -> Combination:
-    """One pair as the merge gate resolves a [perf] line of it: at `precisions` ('chosen': the pair's
-    choice for this CPU class, a preset's name, or 'target+draft'), with the K and drafting choices the
-    CPU class or preset makes. The gate-power benchmarks measure the gate through this, so that what
-    they measure is what `make test` gates (same id, same run)."""
-    request = dataclasses.replace(_request(matrix.pair(pair).name, precisions, matrix.pair(pair).presets, given_by),
-                                  platform=platform)
-    return Combination(_resolve(matrix, request, decoding, settings), decoding)
+            decoding: str = "greedy", platform: str = "cpu", attention: str | None = None, slow: bool = False,
+            given_by: str = "a benchmark") -> Combination:
+    """One pair as a [perf] line of it resolves (`combinations` builds every line's through this): at
+    `precisions` ('chosen': the pair's choice for this CPU class, a preset's name, or 'target+draft',
+    checked on load), with the K and drafting choices the CPU class or preset makes. The gate-power
+    benchmarks measure the gate through this too, so what they measure is what `make test` gates."""
+    spec = matrix.pair(pair)
+    if precisions in spec.presets:
+        request = Request(pair=spec.name, preset=precisions, given_by=given_by)
+    elif precisions == CHOSEN:
+        request = Request(pair=spec.name, given_by=given_by)
+    else:
+        target_p, _, draft_p = precisions.partition("+")
+        request = Request(pair=spec.name, target_precision=target_p, draft_precision=draft_p or None,
+                          given_by=given_by)
+    request = dataclasses.replace(request, platform=platform, attention=attention)
+    return Combination(_resolve(matrix, request, decoding, settings), decoding, slow)
 
 
 @dataclass(frozen=True)
