@@ -126,14 +126,33 @@ def test_missing_baseline_fails_with_the_update_command(measured, tmp_path):
             and "-- nothing was gated" in skipped.stdout), skipped.stdout[-2000:]
 
 
+STEADY = 0.02  # the spread of a steadied baseline's samples around their median
+
+
+def steady_baseline(directory: Path) -> dict:
+    """The workspace's baseline of CID with each metric's samples set to its measured median, every
+    other one STEADY above and below, and no between-run drift. The module fixture measured the
+    samples live, so their spread is this host's (an Intel Cascade Lake VM gave an A/A interval of
+    [0.50, 2.00] from 6 of them); a decision replayed against them would depend on it."""
+    path = baseline_file(directory)
+    doc = json.loads(path.read_text())
+    record = doc["combinations"][CID]
+    for name in METRICS:
+        entry = record[name]
+        entry["samples"] = [round(entry["median"] * (1 + STEADY * (-1) ** i), 6) for i in range(len(entry["samples"]))]
+        entry.update(cv=STEADY, drift_sd=0.0, drift_df=0)
+    path.write_text(json.dumps(doc))
+    return record
+
+
 def recording_of_the_baseline(directory: Path, out: Path, scale: dict[str, float] | None = None,
                               spread: float = 0.0) -> Path:
-    """A recording (results.json) of a check run whose rounds are the baseline's own samples, each metric
-    times `scale` (a planted slowdown), every other round `spread` above and below. A live check run
-    supplies the file's shape and the rounds' greedy counters."""
+    """A recording (results.json) of a check run whose rounds are the samples of the baseline, steadied
+    first (steady_baseline), each metric times `scale` (a planted slowdown), every other round `spread`
+    above and below. A live check run supplies the file's shape and the rounds' greedy counters."""
+    stored = steady_baseline(directory)
     doc = json.loads((directory / "reports" / "results.json").read_text())
     entry = next(e for e in doc["results"] if e["combination"] == CID)
-    stored = json.loads(baseline_file(directory).read_text())["combinations"][CID]
     counters = entry["rounds"][0]["counters"]
     n = len(stored["speedup"]["samples"])
     entry["rounds"] = [{**{m: stored[m]["samples"][i] * (scale or {}).get(m, 1.0) * (1 + spread * (-1) ** i)
