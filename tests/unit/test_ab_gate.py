@@ -90,6 +90,16 @@ def planted(results: Path, out: Path, fraction: float, metrics: tuple[str, ...],
     return out
 
 
+def live_recording(tiny) -> Path:
+    """A live gate's recording of this module, for the tests that only need its shape and counters:
+    the end-to-end test's, or one of 8 rounds made here where that test did not run first."""
+    recording = tiny[1] / "recorded.json"
+    if not recording.exists():
+        ab(tiny, "--perf-max-repeats", "8", "--perf-repeats", "8")
+        shutil.copy(tiny[1] / "reports" / "results.json", recording)
+    return recording
+
+
 def test_a_live_gate_runs_end_to_end_and_its_replay_decides_the_same(tiny, tmp_path):
     """The live gate on unchanged code: plumbing, whatever this host's noise decides (a tiny model's
     round is milliseconds; its decisions on a busy host are not this test's business). Its recording
@@ -114,6 +124,7 @@ def test_a_live_gate_runs_end_to_end_and_its_replay_decides_the_same(tiny, tmp_p
 
     recording = tmp_path / "live.json"
     shutil.copy(tiny[1] / "reports" / "results.json", recording)
+    shutil.copy(recording, tiny[1] / "recorded.json")  # the module's live recording (live_recording)
     again, replayed = ab(tiny, "--perf-max-repeats", "12", "--perf-replay", str(recording), against=None)
     assert replayed["verdict"] == rec["verdict"] and replayed["decisions"] == rec["decisions"], again.stdout[-3000:]
     assert replayed["rounds"] == rec["rounds"] and replayed["ab"]["ratios"] == rec["ab"]["ratios"]
@@ -172,10 +183,7 @@ def test_a_slowdown_in_the_recorded_candidate_is_a_regression(tiny, tmp_path):
     """The decision on recorded rounds (deterministic): the live recording, its rounds steadied, with
     the candidate's plain and assisted rounds 50% slower fails, naming the metric and both arms; the
     same rounds without the slowdown pass."""
-    recording = tiny[1] / "recorded.json"
-    if not recording.exists():  # a live run of its own, so this test needs no other test first
-        ab(tiny, "--perf-max-repeats", "8", "--perf-repeats", "8")
-        shutil.copy(tiny[1] / "reports" / "results.json", recording)
+    recording = live_recording(tiny)
     slowed = planted(recording, tmp_path / "slowed.json", 0.5, ("plain_tokens_per_sec", "assisted_tokens_per_sec"))
     r, rec = ab(tiny, "--perf-replay", str(slowed), against=None)
     assert r.returncode == 1 and rec["verdict"] == "regression", r.stdout[-3000:]
@@ -198,8 +206,7 @@ def test_a_recording_that_is_not_one_is_a_usage_error(tiny, tmp_path):
     r, _ = ab(tiny, "--perf-replay", str(bad))
     assert r.returncode == 4 and "--perf-replay: cannot be combined with --perf-against" in r.stderr, r.stderr
     # a deferred entry (no rounds) is skipped with the reason, and a run that gated nothing fails
-    ab(tiny, "--perf-max-repeats", "2", "--perf-repeats", "2")
-    doc = json.loads((tiny[1] / "reports" / "results.json").read_text())
+    doc = json.loads(live_recording(tiny).read_text())
     for entry in doc["results"]:
         entry.update(gate="stored", verdict="deferred", rounds=[], ab=None, decisions={},
                      notes=["this host's probe is far from the baseline's"],
