@@ -18,7 +18,7 @@ JUNIT_DIR   ?=
 HISTORY     ?= results/history.sqlite
 junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$(1).xml)
 # The slowest tests of each stage of make test, printed at its end: where CI's minutes go.
-DURATIONS   ?= --durations=15
+DURATIONS   ?= --durations=40
 PAIR        ?= qwen-coder-1.5b+0.5b
 SMOKE_PAIR  ?= smollm2-135m+self
 BENCH_ARGS  ?=
