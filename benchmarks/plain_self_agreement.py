@@ -5,10 +5,9 @@ For each prompt of the pair's prompt set, plain greedy decoding with the KV cach
 forward pass, as the plain arm runs) writes N tokens; then one forward pass over the prompt and
 those tokens, no cache, scores every position again. Per precision it reports how far below that
 full forward's top-1 the token decoding chose lies (the largest over every position and prompt: the
-epsilon that precision needs on this CPU, since the triage scores a divergence the same way), at how
-many positions decoding chose another token than the full forward's argmax, and the largest
-difference between a decode step's logits and the full forward's. Assisted decoding verifies K+1
-tokens in one pass, so its rounding is the full forward's, not the decode's.
+epsilon that precision needs on this CPU, since the triage scores a divergence the same way), and
+at how many positions decoding chose another token than the full forward's argmax. Assisted
+decoding verifies K+1 tokens in one pass, so its rounding is the full forward's, not the decode's.
 
     python benchmarks/plain_self_agreement.py --pair smollm2-135m+self --precisions fp32,bf16,w8af32
 """

@@ -31,8 +31,8 @@ EXACT, NEAR_TIE, FAILED = "exact", "near-tie", "failed"
 # of ~1/127 of the row's range, and such steps compound through the layers. How far plain
 # decoding disagrees with other roundings of the same model, per CPU class, is measured in
 # docs/accuracy.md ("How large a near-tie can be"; benchmarks/plain_self_agreement.py): for per-token
-# int8 activations the largest seen on any class is below 2.0. Per-tensor scales (w8af32-tensor) disagree by up to 6.8: a draft precision, not a target's;
-# its 1.0 keeps such a target failing the triage.
+# int8 activations the largest seen on any class is below 2.0. Per-tensor scales (w8af32-tensor)
+# disagree by up to 6.8: a draft precision, not a target's; its 1.0 keeps such a target failing.
 EPSILON = {"fp32": 1e-4, "bf16": 0.5, "fp16": 0.25, "w8abf16": 0.5, "w4abf16": 0.5, "w4abf16-rtn": 0.5, "w6a16": 0.5,
            "w8af32": 2.0, "w8a8": 2.0, "w8af32-tensor": 1.0}
 

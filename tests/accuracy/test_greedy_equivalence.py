@@ -37,7 +37,7 @@ COMBINATIONS = [
     ("qwen-coder-1.5b+0.5b", "bf16", "w8af32-tensor", 48, [pytest.mark.slow]),  # the pair's default draft
     # eager attention at this class's own choice: the target's attention over a verified block is what
     # decides the output (a draft in the fused loop runs its own attention; the SmolLM2 row covers a
-    # draft's eager attention). bf16 here cost 1,055 s on an AVX-512 CPU without BF16 (docs/ci.md).
+    # draft's eager attention). A fixed bf16 costs minutes where bf16 has no fast kernel (docs/ci.md).
     ("qwen-coder-1.5b+0.5b", CHOSEN, CHOSEN, 32, [], "eager"),
     ("qwen-coder-1.5b+0.5b", "w6a16", "w8af32-tensor", 48, [pytest.mark.slow]),  # the reference's 6-bit target
     ("qwen-coder-1.5b+0.5b", "bf16", "w8af32", 48, [pytest.mark.slow]),
