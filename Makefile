@@ -19,6 +19,14 @@ HISTORY     ?= results/history.sqlite
 junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$(1).xml)
 # The slowest tests of each stage of make test, printed at its end: where CI's minutes go.
 DURATIONS   ?= --durations=40
+# The tests start hundreds of Python processes: with bytecode caching off (PYTHONDONTWRITEBYTECODE, set on
+# some hosts) each one compiles the harness again and pytest rewrites every test module it collects
+# again (a test module that runs pytest in child processes took 12% longer so).
+unexport PYTHONDONTWRITEBYTECODE
+# Parallel test workers (pytest-xdist), one per core this process may use, each pinned to its own
+# core (tests/pinning.py); the tests marked `alone` (live gates, timings, the load guard) run after,
+# with the machine to themselves. TEST_WORKERS=0 runs everything in this process, one after another.
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 PAIR        ?= qwen-coder-1.5b+0.5b
 SMOKE_PAIR  ?= smollm2-135m+self
 BENCH_ARGS  ?=
@@ -79,12 +87,14 @@ gate-power: setup
 	$(PY) benchmarks/gate_power.py $(GATE_POWER_ARGS)
 
 # How well the A/B gate tells a slower commit from noise on the default pair (docs/perf-gate.md, "Gate
-# power"): real gates per planted slowdown (A/A, a 10% slower target, a 20% slower draft; then 5% at
+# power"): first the tests that time the planted slowdowns live (marker `planted`), then real gates
+# per planted slowdown (A/A, a 10% slower target, a 20% slower draft; then 5% at
 # --perf-tolerance 0.05), kept in AB_POWER_OUT and resumed from it (hours on 2 cores), with the rates
 # of gates replayed on its A/A rounds resampled. Under the noisy neighbour: make gate-power-ab-noisy.
 AB_POWER_OUT  ?= results/ab_power.jsonl
 AB_POWER_ARGS ?= --pair $(PAIR) --gates 20 --out $(AB_POWER_OUT)
 gate-power-ab: fetch
+	$(PY) -m pytest tests/unit -m planted -q -p no:cacheprovider
 	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS) --levels 0,0.10,draft:0.20
 	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS) --levels 0,0.05 --tolerance 0.05
 
@@ -103,15 +113,17 @@ gate-power-ab-noisy: fetch
 quant-table: fetch
 	$(PY) benchmarks/quant_table.py --pair $(PAIR) --json results/quant_table.json $(QUANT_ARGS)
 
-unit: setup
-	$(PY) -m pytest tests/unit -q
+# The unit tests (tiny random models) and the real-model smoke tests: in parallel, then the `alone` ones.
+unit: setup postgres-tools
+	$(PY) -m pytest tests/unit tests/integration -m "not alone and not planted" -n $(TEST_WORKERS) --dist loadfile \
+	    $(DURATIONS) $(call junit,unit)
+	$(PY) -m pytest tests/unit tests/integration -m "alone and not planted" $(DURATIONS) $(call junit,unit-alone)
 
-# The test suite CI runs: unit tests (tiny random models), the real-model smoke tests, the accuracy
-# suite's CI part (greedy equivalence on SmolLM2, HumanEval pass@1 of the default pair on a fixed
-# subset, in the sandbox), and the merge gate: the A/B perf gate of this tree against the reference
-# commit (baselines/reference.json) on the default pair, greedy.
-test: setup postgres-tools
-	$(PY) -m pytest tests/unit tests/integration $(DURATIONS) $(call junit,unit)
+# The test suite CI runs: the unit and integration tests, the accuracy suite's CI part (greedy
+# equivalence on SmolLM2, HumanEval pass@1 of the default pair on a fixed subset, in the sandbox), and
+# the merge gate: the A/B perf gate of this tree against the reference commit
+# (baselines/reference.json) on the default pair, greedy.
+test: unit
 	$(MAKE) accuracy
 	$(MAKE) perf-ab
 	$(MAKE) history-report
@@ -143,7 +155,8 @@ perf-ab: setup
 HE_OUT      ?= results/humaneval
 accuracy: fetch
 	$(PY) -m harness models fetch smollm2-135m-instruct
-	$(PY) -m pytest tests/accuracy -m "accuracy and not slow" -rA -s $(DURATIONS) $(call junit,accuracy)
+	$(PY) -m pytest tests/accuracy -m "accuracy and not slow" -rA -n $(TEST_WORKERS) --dist load $(DURATIONS) \
+	    $(call junit,accuracy)
 
 # Every accuracy combination, the 1.5B pair's and the full HumanEval included (hours on a CPU).
 accuracy-all: fetch

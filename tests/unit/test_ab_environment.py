@@ -107,6 +107,7 @@ def test_a_base_python_that_is_not_one_is_named(tmp_path):
         environment.from_python(str(bare / "bin" / "python"))
 
 
+@pytest.mark.planted
 def test_the_planted_transformers_slows_every_decoder_layer(cache, here, tmp_path):
     """A tiny llama's forward pass, timed in this environment and in two overlays: one whose
     transformers spins 3x each decoder layer's time is clearly slower, the unplanted copy is not.

@@ -24,6 +24,10 @@ from harness.perf.ab.arms import LOG_PREFIX
 from tiny_models import write_local_matrix
 from waiting import wait_for
 
+# live A/B gates: their load guard would redo the rounds a parallel worker disturbed, and side-by-side
+# arms take both cores
+pytestmark = pytest.mark.alone
+
 REPO = Path(__file__).resolve().parents[2]
 GATE = REPO / "tests" / "perf" / "test_perf_gate.py"
 CID = "tiny+draft:fp32+fp32:cpu:greedy:k4"

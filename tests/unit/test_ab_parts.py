@@ -28,6 +28,7 @@ def test_parse_stat_reads_the_aggregate_line():
 
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="no /proc here")
+@pytest.mark.alone
 def test_the_guard_sees_another_process_take_a_core():
     guard = loadguard.LoadGuard()
     burner = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 1.5\nwhile time.time() < t: pass"])

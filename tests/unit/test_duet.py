@@ -41,6 +41,7 @@ def allowed(pid: int) -> set[str]:
     return out
 
 
+@pytest.mark.alone  # both cores, which a parallel worker pinned to one does not have
 @pytest.mark.skipif(len(affinity.allowed_cores()) < 2, reason="needs 2 cores to move a process between")
 def test_pinning_reaches_every_thread_of_a_running_process():
     code = ("import threading, time\n"

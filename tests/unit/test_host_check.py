@@ -11,6 +11,8 @@ import pytest
 from harness.machine import hostspeed
 from harness.perf.stored import host
 
+pytestmark = pytest.mark.alone  # the host-speed probe, measured live and compared
+
 FILE = "baselines/cpu-test-amx-2c.json"
 SOFTWARE = {"python": "3.11.7", "torch": "2.13.0", "transformers": "5.23.0", "harness": "0.1.0"}
 

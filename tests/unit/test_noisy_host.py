@@ -18,6 +18,8 @@ from harness.perf.ab.loadguard import NOISE_ENV, LoadGuard, noise_pids, process_
 from harness.core.errors import HarnessError
 from waiting import wait_for
 
+pytestmark = pytest.mark.alone  # load on every core, and the load guard's count of whose CPU time it was
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "noisy_host.py"
 QUICK = ["--duty", "0.5", "--burst-ms", "20", "--memory-mb", "4"]
 

@@ -160,6 +160,7 @@ def test_an_update_on_a_new_platform_names_the_nearest_known_one(tmp_path):
                for line in session.update_lines)
 
 
+@pytest.mark.alone
 def test_a_host_far_from_the_baselines_host_is_deferred_not_passed(tmp_path):
     """The stored probe says the baseline's host was twice as fast: the combination is DEFERRED, a
     pytest skip with the reason, in results.json and the summary, and not counted as gated."""

@@ -37,6 +37,7 @@ SLOWDOWN = "5"
 # defer. The probe's deferral is tested with its default threshold (HOST_DEFAULT) below.
 HOST_ANY = "100"
 HOST_DEFAULT = None
+RECORDED = "measured.json"  # the update's report (results.json), copied into each workspace
 
 
 def gate_command(matrix: Path, directory: Path, *args: str, tolerance: str = TOLERANCE,
@@ -80,9 +81,10 @@ def test_a_session_appends_its_measurements_to_the_history(measured):
 
 @pytest.fixture()
 def workspace(measured, tmp_path):
-    """A private copy of the measured baselines."""
+    """A private copy of the measured baselines, and of the update's report (RECORDED: a recording's shape)."""
     matrix, root, _ = measured
     shutil.copytree(root / "baselines", tmp_path / "baselines")
+    shutil.copy(root / "reports" / "results.json", tmp_path / RECORDED)
     return matrix, tmp_path
 
 
@@ -149,9 +151,9 @@ def recording_of_the_baseline(directory: Path, out: Path, scale: dict[str, float
                               spread: float = 0.0) -> Path:
     """A recording (results.json) of a check run whose rounds are the samples of the baseline, steadied
     first (steady_baseline), each metric times `scale` (a planted slowdown), every other round `spread`
-    above and below. A live check run supplies the file's shape and the rounds' greedy counters."""
+    above and below. The update's report supplies the file's shape and the rounds' greedy counters."""
     stored = steady_baseline(directory)
-    doc = json.loads((directory / "reports" / "results.json").read_text())
+    doc = json.loads((directory / RECORDED).read_text())
     entry = next(e for e in doc["results"] if e["combination"] == CID)
     counters = entry["rounds"][0]["counters"]
     n = len(stored["speedup"]["samples"])
@@ -189,7 +191,6 @@ def test_the_verdict_moves_with_a_slowdown_in_the_recorded_rounds(workspace):
     """The stored gate's decisions on recorded rounds (--perf-replay; deterministic): the baseline's own
     samples pass; a target 6x slower fails the absolute gates, a draft 6x slower the relative one."""
     matrix, directory = workspace
-    gate(matrix, directory, "-k", "tiny+draft", "--perf-max-repeats", "2", "--perf-repeats", "2")  # the file's shape
     same = gate(matrix, directory, "-k", "tiny+draft", "--perf-replay",
                 str(recording_of_the_baseline(directory, directory / "same.json")))
     assert same.returncode == 0 and verdicts(directory) == {CID: "pass"}, same.stdout
@@ -217,7 +218,6 @@ def test_the_verdict_moves_with_a_slowdown_in_the_recorded_rounds(workspace):
 def test_too_few_rounds_for_a_narrow_tolerance_is_undecided_and_loud(workspace):
     matrix, directory = workspace
     narrow = ("-k", "tiny+draft", "--perf-repeats", "2", "--perf-max-repeats", "2")
-    gate(matrix, directory, *narrow)  # the recording's shape
     spread = str(recording_of_the_baseline(directory, directory / "spread.json", spread=0.1))
     undecided = gate(matrix, directory, *narrow, "--perf-replay", spread, tolerance="0.02")
     assert undecided.returncode == 0, undecided.stdout

@@ -15,6 +15,8 @@ from harness.perf.plant import PlantedSlowdown
 from harness.workload.decode import DecodeSettings
 from tiny_models import perturbed, prompt, tiny_model
 
+pytestmark = pytest.mark.alone  # planted slowdowns, timed phase by phase
+
 K = 4
 SETTINGS = DecodeSettings(max_new_tokens=40)
 
