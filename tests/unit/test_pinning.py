@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from harness.machine import affinity
+from pinning import worker_cores  # tests/ is on the path: tests/conftest.py
 
 TESTS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TESTS))
-from pinning import worker_cores  # noqa: E402
 
 PROBE = """
 import json, os, subprocess, sys, pytest, torch
