@@ -312,4 +312,9 @@ def compare_gates(done: list[dict], levels: list[float], settings: PerfSettings,
 
 if __name__ == "__main__":
     with termination.sigterm_as_interrupt():  # a kill between or inside gates closes the workers as Ctrl-C does
-        sys.exit(main())
+        try:
+            sys.exit(main())
+        except KeyboardInterrupt as stop:  # the workers are closed by now; every finished gate is in --out
+            print(f"ab_power: stopped ({stop or 'Ctrl-C'}); the gate under way is dropped, the finished ones are "
+                  "kept: the same command resumes", file=sys.stderr)
+            sys.exit(termination.EXIT_STATUS if isinstance(stop, termination.Terminated) else 130)

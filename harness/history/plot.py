@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import logging
 import math
-import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any

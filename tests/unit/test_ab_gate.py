@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.childenv import python_path
 from harness.perf.ab.arms import LOG_PREFIX
 from tiny_models import write_local_matrix
 from waiting import wait_for
@@ -48,7 +49,7 @@ def ab(tiny, *args: str, tolerance: str = "0.5", against: str | None = "HEAD") -
            "--perf-matrix", str(matrix), "--perf-report-dir", str(root / "reports"), *revision,
            "--perf-tolerance", tolerance, *args]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900,
-                       env={**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
+                       env={**os.environ, "PYTHONPATH": python_path(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
     report = root / "reports" / "results.json"
     results = json.loads(report.read_text())["results"] if report.exists() else []
     return r, next((x for x in results if x["combination"] == CID), {})
@@ -148,7 +149,7 @@ def test_two_gates_at_once_on_one_repository_both_complete_one_after_the_other(t
                "--perf-matrix", str(matrix), "--perf-report-dir", str(tmp_path / name), "--perf-against", "HEAD",
                "--perf-tolerance", "0.5", "--perf-max-repeats", "4", "--perf-undecided", "warn"]
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                                env={**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
+                                env={**os.environ, "PYTHONPATH": python_path(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
 
     gates = [start("first"), start("second")]
     outputs = [g.communicate(timeout=900)[0] for g in gates]
@@ -170,7 +171,7 @@ def test_sigterm_ends_a_live_gate_with_its_workers_and_their_logs(tiny, tmp_path
            "--perf-matrix", str(matrix), "--perf-report-dir", str(tmp_path), "--perf-against", "HEAD",
            "--perf-tolerance", "0.01", "--perf-repeats", "32", "--perf-max-repeats", "32"]
     gate = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
+                            env={**os.environ, "PYTHONPATH": python_path(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
     try:
         wait_for(lambda: len(workers_left()) >= 2 or gate.poll() is not None, 300)
         assert len(workers_left()) == 2, "the gate never started its two workers"
@@ -232,7 +233,7 @@ def test_a_bad_revision_is_a_usage_error(tiny, rev, message):
     matrix, root = tiny
     r = subprocess.run([sys.executable, "-m", "pytest", str(GATE), "-p", "no:cacheprovider", "-q", "--perf-matrix",
                         str(matrix), "--perf-against", rev], capture_output=True, text=True, cwd=REPO, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
+                       env={**os.environ, "PYTHONPATH": python_path(REPO), "HARNESS_CACHE_DIR": str(root / "cache")})
     assert r.returncode == 4 and message in r.stderr and "Traceback" not in r.stderr
 
 

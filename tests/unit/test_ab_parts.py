@@ -3,6 +3,7 @@ reused, dirty) and the worker protocol against the working tree's own worker."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.perf.ab import loadguard, revision
+from harness.perf.ab.environment import Environment
 from harness.perf.ab.arms import Arm, ArmError
 from harness.perf.ab.worker import PROTOCOL
 from waiting import wait_for
@@ -182,6 +184,27 @@ def test_a_worker_dies_with_a_killed_controller_and_its_log_is_swept(tmp_path):
     assert Path(log_path).exists()
     Arm("next", fake_tree(tmp_path, ""))  # a new arm sweeps what dead controllers left
     assert not Path(log_path).exists()
+
+
+def test_a_worker_of_this_interpreter_keeps_its_pythonpath_another_environment_does_not(tmp_path, monkeypatch):
+    """Packages on this process's PYTHONPATH (pip install --target) import in a worker of the same
+    interpreter, after its tree; a worker of another environment sees its tree alone, so that
+    its own packages are the ones it measures."""
+    site = tmp_path / "site"
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    tree = fake_tree(tmp_path, "sys.stdin.readline()\n"
+                               "print(json.dumps({'ok': True, 'path': os.environ['PYTHONPATH']}), flush=True)\n")
+    other = tmp_path / "other-python"
+    other.symlink_to(sys.executable)  # another interpreter path: another environment to the gate
+    for environment, expected in ((None, [str(tree.path), str(site)]),
+                                  (Environment(str(other), "--perf-base-python"), [str(tree.path)])):
+        arm = Arm("base", tree, timeout_s=60, environment=environment)
+        arm.start()
+        try:
+            assert arm.request({"op": "path"}, timeout_s=30)["path"].split(os.pathsep) == expected
+        finally:
+            arm.close()
+            arm.discard_log()
 
 
 def test_a_finished_gate_leaves_no_worker_log(tmp_path):

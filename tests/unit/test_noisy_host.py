@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.childenv import python_path
 from harness.perf.ab.loadguard import NOISE_ENV, LoadGuard, noise_pids, process_cpu_s
 from harness.core.errors import HarnessError
 from waiting import wait_for
@@ -59,7 +60,7 @@ def test_the_command_runs_under_load_named_in_its_environment_and_the_load_ends_
              "print(','.join(map(str, pids)), sum(process_cpu_s(p) for p in pids))")
     r = subprocess.run([sys.executable, str(SCRIPT), *QUICK, "--", sys.executable, "-c", probe],
                        capture_output=True, text=True, timeout=120, cwd=SCRIPT.parents[1],
-                       env={**os.environ, "PYTHONPATH": str(SCRIPT.parents[1])})
+                       env={**os.environ, "PYTHONPATH": python_path(SCRIPT.parents[1])})
     assert r.returncode == 0, r.stderr
     pids, used = r.stdout.split()
     pids = [int(p) for p in pids.split(",")]

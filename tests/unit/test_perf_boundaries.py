@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness.core.childenv import python_path
 from harness.machine import hostspeed, platform, provenance
 from harness.workload import registry
 from harness.core.errors import HarnessError, RegistryError
@@ -132,7 +133,7 @@ def test_a_combination_listed_twice_is_a_registry_error(tmp_path):
     assert issubclass(RegistryError, HarnessError)
     r = subprocess.run([sys.executable, "-m", "pytest", str(REPO / "tests" / "perf"), "-p", "no:cacheprovider", "-q",
                         "--perf-matrix", str(path), "--collect-only"], capture_output=True, text=True, cwd=REPO,
-                       timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+                       timeout=300, env={**os.environ, "PYTHONPATH": python_path(REPO)})
     assert r.returncode == 4, r.stdout + r.stderr
     assert "--perf-matrix:" in r.stderr and "is listed twice" in r.stderr and "Traceback" not in r.stderr
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.childenv import python_path
 from harness.machine import platform
 from harness.perf.record import METRICS
 from harness.perf.stored import baselines
@@ -51,7 +52,7 @@ def gate_command(matrix: Path, directory: Path, *args: str, tolerance: str = TOL
 def gate(matrix: Path, directory: Path, *args: str, **options: str | None) -> subprocess.CompletedProcess:
     """A child pytest run of the perf gate against the baselines in `directory`."""
     return subprocess.run(gate_command(matrix, directory, *args, **options), capture_output=True, text=True,
-                          cwd=REPO, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          cwd=REPO, timeout=600, env={**os.environ, "PYTHONPATH": python_path(REPO)})
 
 
 @pytest.fixture(scope="module")
@@ -332,7 +333,7 @@ def test_a_baseline_of_another_capability_class_is_a_one_line_failure(workspace)
 def test_two_updates_at_once_both_keep_what_they_measured(measured, tmp_path):
     """Each update re-reads the file under its lock before it merges: neither loses the other's combination."""
     matrix, _, _ = measured
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": python_path(REPO)}
     runs = [subprocess.Popen(gate_command(matrix, tmp_path, "-k", name, "--perf-update-baselines"), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
             for name in ("tiny+draft", "tiny+lookup")]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.childenv import python_path
 from harness.machine import affinity
 from pinning import worker_cores  # tests/ is on the path: tests/conftest.py
 
@@ -44,7 +45,7 @@ def test_each_worker_and_its_children_run_on_their_own_core(tmp_path):
     (tmp_path / "test_probe.py").write_text(PROBE)
     out = tmp_path / "out"
     out.mkdir()
-    env = {**os.environ, "PROBE_OUT": str(out), "PYTHONPATH": str(TESTS)}
+    env = {**os.environ, "PROBE_OUT": str(out), "PYTHONPATH": python_path(TESTS)}
     env.pop("PYTEST_XDIST_WORKER", None)  # this test may itself run in a worker
     env.pop("PYTEST_XDIST_WORKER_COUNT", None)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pinning", "-n", "2",

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.core.childenv import python_path
 from harness.machine import platform
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +50,7 @@ def test_software_records_the_versions_that_change_kernels():
 def test_the_avx2_restriction_is_another_platform():
     """The class follows ONEDNN_MAX_CPU_ISA / ATEN_CPU_CAPABILITY, read when torch starts: a child process."""
     code = "from harness.machine import platform; print(platform.detect('cpu').id)"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    env = {**os.environ, "PYTHONPATH": python_path(REPO), "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
     restricted = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     here = platform.detect("cpu")
     assert restricted.stdout.strip() == dataclasses.replace(here, capability="avx2" if here.capability != "generic"

@@ -14,6 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from harness.core.childenv import python_path
 from harness.core import termination
 from harness.sandbox import cases as sandbox_cases
 from harness.sandbox import execute as sandbox
@@ -73,7 +74,7 @@ def test_sigterm_of_pytest_closes_a_busy_worker_and_removes_its_log(tmp_path):
                 arm.close(ask=False)
                 arm.discard_log()
         """))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": python_path(REPO)}
     session = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

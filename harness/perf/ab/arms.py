@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import locks
+from harness.core.childenv import python_path
 from harness.core.errors import UnsupportedHereError
 from harness.workload.models import cache_root
 from harness.perf.ab.environment import Environment, current
@@ -60,7 +61,9 @@ class Arm:
         return f"{self.name} ({self.tree.label}, {self.tree.commit[:12]}{where})"
 
     def start(self) -> None:
-        env = {**os.environ, **self.env, "PYTHONPATH": str(self.tree.path), "HARNESS_CACHE_DIR": str(cache_root())}
+        # the tree's harness first; another environment's own packages must win over this one's PYTHONPATH
+        path = python_path(self.tree.path, inherit=self.environment.python == sys.executable)
+        env = {**os.environ, **self.env, "PYTHONPATH": path, "HARNESS_CACHE_DIR": str(cache_root())}
         with open(self.log_path, "a", encoding="utf-8") as err:
             self.process = subprocess.Popen([*locks.dies_with_parent(), self.environment.python, "-m", self.tree.worker],
                                             cwd=self.tree.path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
