@@ -37,8 +37,7 @@ def measure(target, draft, plist, inputs, settings, k, implementations, precisio
                                            assistant=draft.model if mode == generate.ASSISTED else None)
 
     for impl in implementations:  # a compiled implementation (flex_attention) compiles here, not in a timed run
-        interleave.warm_up([(impl, m) for m in (generate.PLAIN, generate.ASSISTED)],
-                           lambda arm, s: run(arm, inputs[0], s), settings)
+        interleave.warm_up([(impl, m) for m in (generate.PLAIN, generate.ASSISTED)], run, inputs, settings)
     for i, ids in enumerate(inputs):
         for arm in interleave.abba(arms, i):
             runs[arm].append(run(arm, ids, settings))

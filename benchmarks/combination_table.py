@@ -52,7 +52,7 @@ def measure_target(sel, t, reference, drafts, plist, inputs, settings, k, draft_
         return generate.measure_generation(model, ids, s, mode=mode, k=k if draft is not None else None,
                                            assistant=draft)
 
-    interleave.warm_up(arms, lambda arm, s: run(arm, inputs[0], s), settings)
+    interleave.warm_up(arms, run, inputs, settings)
     for i, ids in enumerate(inputs):
         for arm in interleave.abba(arms, i):
             runs[arm[0]].append(run(arm, ids, settings))

@@ -32,8 +32,15 @@ def warmup_settings(settings: DecodeSettings) -> DecodeSettings:
                                min_new_tokens=min(settings.min_new_tokens, WARMUP_TOKENS))
 
 
-def warm_up(arms: Sequence[T], run: Callable[[T, DecodeSettings], Any], settings: DecodeSettings) -> None:
-    """Run every arm once, briefly, before anything is measured."""
-    warm = warmup_settings(settings)
-    for arm in arms:
-        run(arm, warm)
+def warm_up(arms: Sequence[T], run: Callable[[T, Any, DecodeSettings], Any], inputs: Sequence[Any],
+            settings: DecodeSettings, *, device: str = "cpu") -> None:
+    """Run every arm before anything is measured, `run(arm, input, settings)`. On a CPU once, briefly
+    (warmup_settings()), on the first input. On a GPU every input at its full length: kernels are
+    chosen per shape on first sight there (in bf16, cuDNN's attention builds a plan for every new
+    key length: docs/bench.md, "Checked on a GPU"), so a short warm-up leaves those costs in the
+    first measured rounds."""
+    if device == "cpu":
+        inputs, settings = inputs[:1], warmup_settings(settings)
+    for ids in inputs:
+        for arm in arms:
+            run(arm, ids, settings)

@@ -77,7 +77,7 @@ class Runner:
                                   k=None if mode == PLAIN else self.combo.k, assistant=assistant)
 
     def warmup(self) -> None:
-        interleave.warm_up((PLAIN, self.combo.mode), lambda mode, s: self._run(mode, self.inputs[0], s), self.decode)
+        interleave.warm_up((PLAIN, self.combo.mode), self._run, self.inputs, self.decode, device=self.combo.device)
 
     def round(self) -> Round:
         """One sample of every metric: each prompt plain and assisted, order alternating by round."""

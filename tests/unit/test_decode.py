@@ -20,9 +20,22 @@ def test_abba_puts_every_arm_first_and_last_equally_often():
 def test_warm_up_runs_every_arm_once_briefly():
     settings = DecodeSettings(max_new_tokens=64, min_new_tokens=64)
     ran = []
-    interleave.warm_up(["plain", "assisted"], lambda arm, s: ran.append((arm, s.max_new_tokens, s.min_new_tokens)),
-                       settings)
-    assert ran == [("plain", interleave.WARMUP_TOKENS, interleave.WARMUP_TOKENS),
-                   ("assisted", interleave.WARMUP_TOKENS, interleave.WARMUP_TOKENS)]
+    interleave.warm_up(["plain", "assisted"], lambda arm, ids, s: ran.append((arm, ids, s.max_new_tokens, s.min_new_tokens)),
+                       ["p0", "p1"], settings)
+    assert ran == [("plain", "p0", interleave.WARMUP_TOKENS, interleave.WARMUP_TOKENS),
+                   ("assisted", "p0", interleave.WARMUP_TOKENS, interleave.WARMUP_TOKENS)]
+
+
+def test_on_a_gpu_the_warm_up_runs_every_prompt_at_full_length():
+    """A GPU chooses kernels per shape on first sight: every prompt, every length the run will see."""
+    settings = DecodeSettings(max_new_tokens=64, min_new_tokens=64)
+    ran = []
+    interleave.warm_up(["plain", "assisted"], lambda arm, ids, s: ran.append((arm, ids, s)), ["p0", "p1"], settings,
+                       device="cuda")
+    assert ran == [("plain", "p0", settings), ("assisted", "p0", settings),
+                   ("plain", "p1", settings), ("assisted", "p1", settings)]
+
+
+def test_a_free_length_run_warms_up_free_length_too():
     free = DecodeSettings(max_new_tokens=64)
     assert interleave.warmup_settings(free).min_new_tokens == 0
