@@ -1,8 +1,10 @@
 """Exclusive locks across processes, and the leftovers of processes that were killed.
 
 A lock is an fcntl lock on a file that holds its owner's process id: a second process waits,
-saying who holds it, and the kernel releases it when its owner exits, however it exits. Lock
-files are never deleted (deleting one while another process waits on it would let two in).
+saying who holds it, and the kernel releases it when its owner exits, however it exits. A lock
+file is deleted only once the file or folder it guards is gone and nobody holds it
+(`sweep_orphans`): deleting one that guards something alive, while another process waits on it,
+could let two in.
 
 A temporary file or folder that must not outlive its run carries its owner's process id in its
 name (`owned_name`); `sweep` removes those whose owner no longer runs, so what a SIGKILL left is
@@ -24,11 +26,18 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
+PID_FIELD = 21  # a lock file starts with its holder's process id, padded, and a newline
+
+
 @contextlib.contextmanager
-def held(path: Path, *, what: str, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Hold the lock at `path` for the block; `on_wait` hears one line when another process holds it."""
+def held(path: Path, *, what: str, on_wait: Callable[[str], None] | None = None,
+         guards: Path | None = None) -> Iterator[None]:
+    """Hold the lock at `path` for the block; `on_wait` hears one line when another process holds it.
+    `guards`: the file or folder the lock stands for (a baselines folder, a repository), written
+    into the lock file, so that the lock is swept once that is gone (a test's temporary folder)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_orphans(path.parent)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -36,10 +45,47 @@ def held(path: Path, *, what: str, on_wait: Callable[[str], None] | None = None)
         except BlockingIOError:
             (on_wait or log.warning)(f"{what}: waiting for process {_holder(fd)}, which holds {path}")
             fcntl.flock(fd, fcntl.LOCK_EX)
-        os.pwrite(fd, f"{os.getpid():<20}\n".encode(), 0)  # one fixed-width write: never empty once written
+        guarded = str(Path(guards).resolve()) if guards is not None else ""
+        # one write: never empty once written; a lock's name is a hash of what it guards, so the
+        # length never changes between holders
+        os.pwrite(fd, f"{os.getpid():<{PID_FIELD - 1}}\n{guarded}\n".encode(), 0)
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def sweep_orphans(folder: Path) -> list[Path]:
+    """Remove the lock files in `folder` whose guarded file or folder no longer exists and that no
+    process holds. A lock without a guarded path (a model's fetch, an environment's build: named,
+    not a path) is kept. A process that opened such a file before the removal and waits on it
+    would share the lock with the next one, but both would be working on a path that is gone."""
+    removed = []
+    for path in sorted(Path(folder).glob("*.lock")) if Path(folder).is_dir() else []:
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            guarded = _guarded(fd)
+            if not guarded or Path(guarded).exists():
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # held: its holder is still at work
+            if _guarded(fd) == guarded:
+                path.unlink(missing_ok=True)
+                removed.append(path)
+        finally:
+            os.close(fd)
+    if removed:
+        log.info("removed %d lock file(s) whose folder is gone: %s", len(removed), ", ".join(p.name for p in removed))
+    return removed
+
+
+def _guarded(fd: int) -> str:
+    """The guarded path a lock file names after its holder's id ("" where it names none)."""
+    return os.pread(fd, 4096, PID_FIELD).decode("utf-8", "replace").split("\n", 1)[0].strip()
 
 
 def _holder(fd: int, patience_s: float = 2.0) -> str:
@@ -47,7 +93,7 @@ def _holder(fd: int, patience_s: float = 2.0) -> str:
     moment the file may be empty or still name the previous holder: wait for a live process's id."""
     deadline = time.monotonic() + patience_s
     while True:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        text = os.pread(fd, PID_FIELD, 0).decode("ascii", "replace").strip()
         if text.isdigit() and text != str(os.getpid()) and _alive(int(text)):
             return text
         if time.monotonic() >= deadline:

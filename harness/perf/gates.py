@@ -52,7 +52,7 @@ def ab_trees(session: "PerfSession", rev: str | None) -> tuple[revision.Tree, re
     the repository's A/B gate lock, and holds it to its end: a second gate on this machine waits
     (saying for which process) instead of measuring beside this one."""
     repo = revision.repository_root(Path(harness.__file__).parent)
-    session.hold(revision.gate_lock(repo), "A/B gate")
+    session.hold(revision.gate_lock(repo), "A/B gate", guards=repo)
     candidate = revision.working_tree(repo)
     if rev is None:
         return candidate, candidate
@@ -106,10 +106,10 @@ class PerfSession:
         self.held = contextlib.ExitStack()  # locks held to the end of the session (closed at sessionfinish)
         self._held_paths: set[Path] = set()
 
-    def hold(self, path: Path, what: str) -> None:
+    def hold(self, path: Path, what: str, guards: Path | None = None) -> None:
         """Take the lock at `path` (once) until the session ends; a wait is said on the terminal."""
         if path not in self._held_paths:
-            self.held.enter_context(locks.held(path, what=what, on_wait=self.say))
+            self.held.enter_context(locks.held(path, what=what, on_wait=self.say, guards=guards))
             self._held_paths.add(path)
 
     def say(self, line: str) -> None:

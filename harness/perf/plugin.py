@@ -359,7 +359,7 @@ def _write_baselines(state: PerfSession, exitstatus: int) -> None:
     lines = []
     for device, records in by_device.items():
         path = state.baseline_path(device)
-        with locks.held(baselines.lock_for(path), what=f"writing {path}", on_wait=state.say):
+        with locks.held(baselines.lock_for(path), what=f"writing {path}", on_wait=state.say, guards=path.parent):
             old = baselines.load(path, platform_id=state.platform_id(device), cpu_class=platform.detect(device).capability)
             new = baselines.merged(old, platform.detect(device).hardware(), platform.software(), records)
             baselines.write(path, new)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.core import locks
 from harness.core.childenv import python_path
 from harness.perf.ab.arms import LOG_PREFIX
 from tiny_models import write_local_matrix
@@ -161,6 +162,8 @@ def test_two_gates_at_once_on_one_repository_both_complete_one_after_the_other(t
     i, out = waited[0]
     assert f"waiting for process {gates[1 - i].pid}," in out
     assert not workers_left()
+    lock = root / "cache" / "locks" / f"ab-gate-{locks.path_key(REPO)}.lock"  # swept once the repository is gone
+    assert lock.read_text().split("\n")[1] == str(REPO.resolve())
 
 
 def test_sigterm_ends_a_live_gate_with_its_workers_and_their_logs(tiny, tmp_path):

@@ -85,3 +85,29 @@ def test_sweep_removes_a_dead_owner_s_leftovers_only_under_its_exact_prefix(tmp_
         path.mkdir()
     assert locks.sweep(tmp_path, ".tmp-qwen@") == [mine]
     assert other_model.exists() and live.exists()
+
+
+def test_a_lock_is_swept_once_what_it_guards_is_gone_and_nobody_holds_it(tmp_path):
+    """A lock per baselines folder or repository (a test's temporary folder, say) does not outlive
+    that folder; a named lock (a model's fetch) and a lock whose folder still exists are kept."""
+    folder = tmp_path / "locks"
+    kept, gone = tmp_path / "kept", tmp_path / "gone"
+    kept.mkdir(), gone.mkdir()
+    for name, guards in (("kept", kept), ("gone", gone), ("fetch-of-a-model", None)):
+        with locks.held(folder / f"{name}.lock", what="test", guards=guards):
+            pass
+    assert (folder / "gone.lock").read_text().split("\n")[1] == str(gone.resolve())
+    gone.rmdir()
+    with locks.held(folder / "another.lock", what="test"):  # taking any lock there sweeps
+        pass
+    assert sorted(p.name for p in folder.iterdir()) == ["another.lock", "fetch-of-a-model.lock", "kept.lock"]
+
+
+def test_a_held_lock_is_never_swept_even_when_its_folder_is_gone(tmp_path):
+    folder, guarded = tmp_path / "locks", tmp_path / "repository"
+    guarded.mkdir()
+    with locks.held(folder / "gate.lock", what="A/B gate", guards=guarded):
+        guarded.rmdir()
+        assert locks.sweep_orphans(folder) == []  # its holder is still at work
+        assert (folder / "gate.lock").exists()
+    assert locks.sweep_orphans(folder) == [folder / "gate.lock"]

@@ -78,6 +78,9 @@ def test_an_update_merges_each_device_into_its_own_file(tmp_path, two_devices):
     assert written["platform"]["device"] == "cuda"
     cpu_doc = json.loads(baselines.path_for(tmp_path, platform.detect("cpu").id).read_text())
     assert set(cpu_doc["combinations"]) == {cpu.id}
+    # the update's lock names the folder it guards, so it is swept once this temporary folder is gone
+    lock = baselines.lock_for(baselines.path_for(tmp_path, platform.detect("cuda").id))
+    assert lock.read_text().split("\n")[1] == str(tmp_path.resolve())
 
 
 @pytest.fixture(scope="module")
