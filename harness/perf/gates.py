@@ -22,7 +22,7 @@ from harness.core import locks
 from harness.machine import hostspeed, platform
 from harness.workload import registry
 from harness.core.errors import HarnessError
-from harness.measure.generate import ASSISTED
+from harness.workload.decode import ASSISTED
 from harness.perf import replay
 from harness.perf.ab import duet, environment, reference, revision
 from harness.perf.ab.arms import Arm

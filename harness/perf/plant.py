@@ -15,7 +15,6 @@ import time
 from typing import Any
 
 from harness.measure import phases
-from harness.workload.fused_draft import fused
 
 PLANT_INTO = ("target", "draft", "verify", "glue")  # --perf-plant-into: where a planted slowdown goes
 ASSISTED_ONLY = ("draft", "verify", "glue")         # those that need an assisted combination
@@ -94,6 +93,8 @@ def plant(target: Any, draft: Any | None, into: str, fraction: float, *, fused_d
         PlantedGlue(target, fraction)
         return "host work before each verification, of the pass's time"
     if into == "draft":
+        from harness.workload.fused_draft import fused  # torch: imported where a model is slowed, not by the plugin
+
         PlantedSlowdown(fused(draft) if fused_draft else draft, fraction)
         return "the draft's fused loop" if fused_draft else "the draft's forward pass"
     PlantedSlowdown(target, fraction, only_verify=into == "verify")

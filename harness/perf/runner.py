@@ -21,7 +21,7 @@ from harness.perf import plant
 from harness.workload import models, prompts
 from harness.machine.provenance import software_versions
 from harness.workload.decode import DecodeSettings
-from harness.measure.generate import ASSISTED, PLAIN, measure_generation
+from harness.workload.decode import ASSISTED, PLAIN
 from harness.measure.record import GenerationResult
 from harness.perf.stored import stats
 from harness.perf.combinations import Combination, PerfSettings
@@ -72,6 +72,8 @@ class Runner:
         self.samples = Samples()
 
     def _run(self, mode: str, ids: Any, settings: DecodeSettings) -> GenerationResult:
+        from harness.measure.generate import measure_generation  # torch: imported once a model runs, not by the plugin
+
         assistant = self.loaded.draft.model if (mode == ASSISTED and self.loaded.draft) else None
         return measure_generation(self.loaded.target.model, ids, settings, mode=mode,
                                   k=None if mode == PLAIN else self.combo.k, assistant=assistant)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +116,12 @@ def test_no_class_of_the_suite_shadows_a_builtin():
             if isinstance(node, ast.ClassDef) and hasattr(builtins, node.name):
                 shadowing.append(f"{path.relative_to(REPO)}: class {node.name}")
     assert not shadowing, shadowing
+
+
+def test_loading_the_perf_plugin_imports_no_model_library():
+    """pytest loads the perf plugin in every session (entry point): torch and transformers come in
+    when a gate first runs a model (or the CPU class is detected), so that `pytest --help`, a usage
+    error or a test run without perf tests does not wait seconds for them."""
+    code = "import sys, harness.perf.plugin; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
