@@ -20,8 +20,7 @@ from harness.measure import interleave, phases
 from harness.perf import plant
 from harness.workload import models, prompts
 from harness.machine.provenance import software_versions
-from harness.workload.decode import DecodeSettings
-from harness.workload.decode import ASSISTED, PLAIN
+from harness.workload.decode import ASSISTED, PLAIN, DecodeSettings
 from harness.measure.record import GenerationResult
 from harness.perf.stored import stats
 from harness.perf.combinations import Combination, PerfSettings
