@@ -14,10 +14,15 @@ So `ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2` selects the avx2 class on 
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 # Best first. Each class is a set of kernels whose M = 1..8 cost curves differ (python -m harness doctor).
 CLASSES: tuple[str, ...] = ("amx", "avx512-bf16", "avx512", "avx2", "generic")
@@ -130,8 +135,95 @@ def cpu_flags() -> tuple[str, ...]:
 
 @cache
 def detect() -> Capability:
-    """This process's class (torch is imported: ATen reads ATEN_CPU_CAPABILITY at start-up)."""
+    """This process's class. ATen reads ATEN_CPU_CAPABILITY when torch is imported, so finding it
+    takes an import of torch (about 2 s); a process that has not imported torch reads the class
+    from a small cache file instead, keyed on everything the answer depends on (`_cache_key`)."""
+    if "torch" in sys.modules:
+        return _detect_with_torch()
+    key = _cache_key()
+    if key is not None and (known := _cached(key)) is not None:
+        return known
+    found = _detect_with_torch()
+    if key is not None:
+        _remember(key, found)
+    return found
+
+
+def _detect_with_torch() -> Capability:
     import torch
 
     amx = bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: True)())
     return classify(cpu_flags(), torch.backends.cpu.get_cpu_capability(), os.environ, amx_enabled=amx)
+
+
+# What detect()'s answer depends on besides the CPU flags: the variables ATen and oneDNN read.
+_CLASS_ENV = ("ATEN_CPU_CAPABILITY", *ONEDNN_ENV)
+_CACHE_VERSION = 1
+
+
+def _cache_key() -> str | None:
+    """The CPU (model and flags), this boot (the OS enables AMX tiles per boot), the torch that
+    `import torch` would load (its location and version) and the variables that limit the kernels;
+    None where torch cannot be found without importing it."""
+    import hashlib
+    import importlib.metadata
+    import importlib.util
+    import json
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        version = importlib.metadata.version("torch")
+    except (ImportError, ValueError, importlib.metadata.PackageNotFoundError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    model, flags = cpuinfo()
+    facts = {"v": _CACHE_VERSION, "model": model, "flags": flags, "boot": _boot_id(), "torch": spec.origin,
+             "torch_version": version, "env": {k: os.environ.get(k) for k in _CLASS_ENV}}
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _boot_id() -> str | None:
+    try:
+        return open("/proc/sys/kernel/random/boot_id").read().strip()
+    except OSError:
+        return None
+
+
+def _cache_file() -> Path:
+    from harness.core.cachedir import cache_root
+
+    return cache_root() / "capability.json"
+
+
+def _cached(key: str) -> Capability | None:
+    """The class remembered under `key`, or None (no file, another key, or a file that does not read)."""
+    import json
+
+    try:
+        entry = json.loads(_cache_file().read_text())[key]
+        return Capability(name=entry["class"], hardware=entry["hardware"], aten=entry["aten"],
+                          onednn_limit=entry["onednn_limit"], flags=tuple(entry["flags"]),
+                          limited_by=entry["limited_by"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _remember(key: str, found: Capability) -> None:
+    """Keep `found` under `key` beside the entries of this boot (a file of a few lines, written whole:
+    two processes at once may drop each other's entry, which costs one more import of torch)."""
+    import json
+
+    from harness.core.jsonio import atomic_write_text
+
+    path = _cache_file()
+    try:
+        kept = json.loads(path.read_text())
+        kept = {k: v for k, v in kept.items() if isinstance(v, dict) and v.get("boot") == _boot_id()}
+    except (OSError, ValueError, AttributeError):
+        kept = {}
+    kept[key] = {**found.as_dict(), "boot": _boot_id()}
+    try:
+        atomic_write_text(path, json.dumps(kept, indent=1, sort_keys=True) + "\n")
+    except OSError as exc:
+        log.debug("capability cache %s not written: %s", path, exc)

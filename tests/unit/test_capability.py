@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+
+from harness.core.childenv import python_path
 
 from harness.workload.selection import Request, resolve
 from harness.machine import capability, predict
@@ -48,6 +56,7 @@ def test_the_why_names_what_set_the_class():
 
 
 MATRIX = registry.DEFAULT_MATRIX
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_each_class_gets_its_own_choice_for_the_default_pair():
@@ -104,3 +113,42 @@ def test_the_leviathan_formula():
     # verification that costs 2 steps halves what it buys
     costs = predict.StepCosts(target_ms=100.0, verify_ms=200.0, draft_ms=10.0, k=4)
     assert costs.predict(4.0) == pytest.approx(4.0 / (4 * 0.1 + 2.0))
+
+
+# --- detect() without importing torch: the cache of the class -------------------------------------
+
+def _child_class(cache: Path, **env: str) -> tuple[str, bool]:
+    """(class, whether torch was imported) as a fresh process with its cache in `cache` finds them."""
+    code = ("import sys; from harness.machine import capability; "
+            "print(capability.detect().name, 'torch' in sys.modules)")
+    clean = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", *capability.ONEDNN_ENV)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO,
+                       env={**clean, "HARNESS_CACHE_DIR": str(cache), "PYTHONPATH": python_path(REPO), **env})
+    assert r.returncode == 0, r.stderr
+    name, imported = r.stdout.split()
+    return name, imported == "True"
+
+
+def test_the_class_is_found_once_and_read_after_without_torch(tmp_path):
+    first = _child_class(tmp_path)
+    again = _child_class(tmp_path)
+    assert first[1] is True, "the first process has nothing to read: it asks torch"
+    assert again == (first[0], False)
+    entries = json.loads((tmp_path / "capability.json").read_text())
+    assert [e["class"] for e in entries.values()] == [first[0]]
+
+
+def test_the_variables_that_limit_the_kernels_are_part_of_the_cached_answer(tmp_path):
+    """What ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA select is another answer, never the cached one."""
+    native, _ = _child_class(tmp_path)
+    limited = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41"}
+    assert _child_class(tmp_path, **limited) == ("generic", True)
+    assert _child_class(tmp_path, **limited) == ("generic", False)
+    assert _child_class(tmp_path) == (native, False)
+
+
+def test_a_cache_file_that_does_not_read_is_measured_again_and_replaced(tmp_path):
+    (tmp_path / "capability.json").write_text('{"half a file')
+    name, imported = _child_class(tmp_path)
+    assert imported and name in capability.CLASSES
+    assert _child_class(tmp_path) == (name, False)

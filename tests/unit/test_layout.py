@@ -5,12 +5,15 @@ import mode cannot hold two of one name), and nothing points at files outside th
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from harness.core.childenv import python_path
 
 REPO = Path(__file__).resolve().parents[2]
 HARNESS = REPO / "harness"
@@ -125,3 +128,20 @@ def test_loading_the_perf_plugin_imports_no_model_library():
     code = "import sys, harness.perf.plugin; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_a_perf_session_with_no_model_to_run_imports_no_model_library(tmp_path):
+    """`pytest -m perf --collect-only`, a usage error or a session whose perf tests are all skipped
+    waits for no import of torch where the CPU class is known (its cache) and the host has no GPU:
+    the CUDA combinations are skipped from the device nodes alone. The first process warms the
+    cache; the second is checked."""
+    code = ("import sys, pytest; from harness.machine import platform; "
+            "platform.GPU_DEVICE_NODES = ('/nonexistent/nvidiactl',); "
+            "rc = pytest.main(['tests/perf', '-k', 'cuda', '-rs', '-q', '-p', 'no:cacheprovider']); "
+            "print('IMPORTED', sorted({'torch', 'transformers'} & set(sys.modules)), rc)")
+    env = {**os.environ, "HARNESS_CACHE_DIR": str(tmp_path), "PYTHONPATH": python_path(REPO)}
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env,
+                           timeout=300) for _ in range(2)]
+    assert "IMPORTED ['torch'] 0" in runs[0].stdout, runs[0].stdout[-2000:] + runs[0].stderr
+    assert "IMPORTED [] 0" in runs[1].stdout, runs[1].stdout[-2000:] + runs[1].stderr
+    assert "no CUDA device (no /nonexistent/nvidiactl on this host)" in runs[1].stdout
