@@ -45,13 +45,37 @@ def held(path: Path, *, what: str, on_wait: Callable[[str], None] | None = None,
         except BlockingIOError:
             (on_wait or log.warning)(f"{what}: waiting for process {_holder(fd)}, which holds {path}")
             fcntl.flock(fd, fcntl.LOCK_EX)
-        guarded = str(Path(guards).resolve()) if guards is not None else ""
-        # one write: never empty once written; a lock's name is a hash of what it guards, so the
-        # length never changes between holders
-        os.pwrite(fd, f"{os.getpid():<{PID_FIELD - 1}}\n{guarded}\n".encode(), 0)
+        _claim(fd, guards)
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _claim(fd: int, guards: Path | None) -> None:
+    """Write the holder's pid and the guarded path into a lock just taken."""
+    guarded = str(Path(guards).resolve()) if guards is not None else ""
+    # one write: never empty once written; a lock's name is a hash of what it guards, so the
+    # length never changes between holders
+    os.pwrite(fd, f"{os.getpid():<{PID_FIELD - 1}}\n{guarded}\n".encode(), 0)
+
+
+@contextlib.contextmanager
+def taken_if_free(path: Path, *, guards: Path | None = None) -> Iterator[bool]:
+    """Take the lock at `path` for the block if nobody holds it (True), else do not wait (False):
+    for tidying what a lock stands for only while nobody uses it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        _claim(fd, guards)
+        yield True
+    finally:
+        os.close(fd)
 
 
 def sweep_orphans(folder: Path) -> list[Path]:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,41 @@ def test_an_overlay_is_built_once_and_reused(filelock_copy, here):
     again: list[str] = []
     assert environment.build(str(wheel), here, say=again.append).python == env.python
     assert len(again) == 1 and "reusing" in again[0], again
+
+
+def fake_environment(root: Path, name: str, parent: str, days_ago: float = 0) -> Path:
+    """A finished environment's folder as build() leaves it (its ready file names its parent)."""
+    folder = root / name
+    (folder / "bin").mkdir(parents=True)
+    (folder / "ready").write_text(json.dumps({"spec": "x==1", "parent": parent}) + "\n")
+    stamp = time.time() - days_ago * 86400
+    os.utime(folder, (stamp, stamp))
+    return folder
+
+
+def test_a_reuse_removes_the_environments_whose_parent_is_gone_or_that_went_unused(filelock_copy, here, cache):
+    """Every clean CI clone builds an overlay of its own .venv (125 MB): once the clone is deleted it
+    cannot run, and it goes at the next build or reuse; so does one unused for two weeks."""
+    env, _, wheel = filelock_copy
+    envs = cache / "envs"
+    orphan = fake_environment(envs, "0rphan0000000000", "/nonexistent/clone/.venv/bin/python")
+    stale = fake_environment(envs, "5ta1e00000000000", sys.executable, days_ago=15)
+    recent = fake_environment(envs, "rec3nt0000000000", sys.executable, days_ago=13)
+    environment.build(str(wheel), here)
+    assert not orphan.exists() and not stale.exists()
+    assert recent.exists() and Path(env.python).exists()
+
+
+def test_an_environment_in_use_by_a_build_is_not_removed(tmp_path, cache):
+    from harness.core import locks
+    from harness.workload.models import lock_file
+
+    orphan = fake_environment(tmp_path, "b0sy000000000000", "/nonexistent/bin/python")
+    with locks.held(lock_file("env-b0sy000000000000"), what="a build", guards=orphan):
+        assert environment.prune(tmp_path) == []
+    assert environment.prune(tmp_path) == [orphan] and not orphan.exists()
+    locks.sweep_orphans(lock_file("env-b0sy000000000000").parent)
+    assert not lock_file("env-b0sy000000000000").exists(), "its lock goes with it"
 
 
 def test_a_spec_pip_cannot_install_names_the_package_and_keeps_nothing(cache, here, tmp_path):

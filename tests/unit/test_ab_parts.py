@@ -4,6 +4,7 @@ reused, dirty) and the worker protocol against the working tree's own worker."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -96,6 +97,43 @@ def test_head_checks_out_once_and_a_dirty_worktree_is_refused(tmp_path):
             revision.checkout(REPO, "HEAD", root=tmp_path)
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree.path)], check=True)
+
+
+def small_repository(path: Path, commits: int = 1) -> Path:
+    """A git repository whose commits have an A/B worker file (what checkout asks of a base)."""
+    worker = path / revision.WORKER
+    worker.parent.mkdir(parents=True)
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    for i in range(commits):
+        worker.write_text(f"# worker {i}\n")
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", f"c{i}"], check=True)
+    return path
+
+
+def test_worktrees_of_a_deleted_repository_or_unused_for_weeks_are_removed(tmp_path, monkeypatch):
+    """Every clean CI clone checks out its base under the cache and is then deleted: the next
+    checkout removes such worktrees, and those of a live repository unused for two weeks."""
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    live = small_repository(tmp_path / "live", commits=3)
+    gone = small_repository(tmp_path / "clone")
+    of_gone = revision.checkout(gone, "HEAD").path
+    stale = revision.checkout(live, "HEAD~2").path
+    recent = revision.checkout(live, "HEAD~1").path
+    old = time.time() - 15 * 86400
+    os.utime(stale, (old, old))
+    shutil.rmtree(gone)
+    used = revision.checkout(live, "HEAD").path
+    assert not of_gone.exists() and not of_gone.parent.exists(), "the deleted clone's worktree and its folder"
+    assert not stale.exists() and recent.exists() and used.exists()
+    old_again = time.time() - 15 * 86400
+    os.utime(recent, (old_again, old_again))
+    assert revision.checkout(live, "HEAD~1").path == recent
+    revision.checkout(live, "HEAD")
+    assert recent.exists(), "a reuse is a use: the worktree is two weeks younger"
+    listed = subprocess.run(["git", "-C", str(live), "worktree", "list"], capture_output=True, text=True).stdout
+    assert str(stale) not in listed and str(recent) in listed
 
 
 def test_a_locked_worktree_is_refused_with_what_to_do(tmp_path):

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.core import locks
+from harness.core import cacheprune, locks
 from harness.perf.ab.probe_environment import installed
 from harness.core.errors import BadInputError
 from harness.workload.models import cache_root, lock_file
@@ -159,10 +159,14 @@ def build(spec: str, parent: Environment | None = None, *, root: Path | None = N
             say(f"{label}: {line}")
 
     root.mkdir(parents=True, exist_ok=True)
-    with locks.held(lock_file(f"env-{digest}"), what=f"build of the environment of {label}", on_wait=say):
+    # the lock guards the environment's folder: once that is gone (pruned), the lock file goes too
+    with locks.held(lock_file(f"env-{digest}"), what=f"build of the environment of {label}", on_wait=say,
+                    guards=final):
         locks.sweep(root, PARTIAL, remove=lambda p: shutil.rmtree(p, ignore_errors=True))
+        prune(root, keep=final)
         if (final / "ready").is_file():
             step(f"reusing {final}")
+            cacheprune.mark_used(final)
             return probe(python, label, SPEC_OPTION)
         if final.exists():  # not ready: a build that was stopped between rename and marker, or edited by hand
             shutil.rmtree(final)
@@ -177,6 +181,30 @@ def build(spec: str, parent: Environment | None = None, *, root: Path | None = N
             raise
         step(f"built in {final}")
         return dataclasses.replace(built, python=python)
+
+
+def prune(root: Path, keep: Path | None = None) -> list[Path]:
+    """Remove the built environments under `root` whose parent Python is gone (a deleted clone's
+    .venv: an overlay runs on its parent's packages) or that were not used for
+    cacheprune.UNUSED_DAYS; `keep` stays, and so does one being built or used for a build now."""
+    entries = [p for p in sorted(Path(root).iterdir()) if p.is_dir() and not p.name.startswith(PARTIAL)] \
+        if Path(root).is_dir() else []
+    return cacheprune.prune(entries, keep=keep, orphan=_parent_gone, remove=_remove_if_free, what="base environment")
+
+
+def _parent_gone(built: Path) -> bool:
+    try:
+        parent = json.loads((built / "ready").read_text()).get("parent")
+    except (OSError, ValueError, AttributeError):
+        return False  # not finished, or not ours: its age decides
+    return isinstance(parent, str) and not Path(parent).exists()
+
+
+def _remove_if_free(built: Path) -> bool:
+    with locks.taken_if_free(lock_file(f"env-{built.name}"), guards=built) as free:
+        if free:
+            shutil.rmtree(built)
+        return free
 
 
 def _make_overlay(work: Path, parent: Environment, spec: str, step: Callable[[str], None]) -> None:

@@ -8,6 +8,7 @@ line that names the option or the revision and what to do.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import shutil
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.errors import UnsupportedHereError
-from harness.core import locks
+from harness.core import cacheprune, locks
 from harness.workload.models import cache_root, lock_file
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,15 @@ def check_worker(repo: Path, rev: str, sha: str) -> str:
 
 
 def checkout(repo: Path, rev: str, root: Path | None = None, label: str | None = None) -> Tree:
-    """A clean detached worktree of `rev` under <cache>/worktrees/<sha>, made or reused."""
+    """A clean detached worktree of `rev` under <cache>/worktrees/<sha>, made or reused; in the
+    cache, the worktrees that can no longer be used or were not used for weeks go (`prune_worktrees`)."""
+    tree = _checkout(repo, rev, root, label)
+    if root is None:
+        prune_worktrees(tree.path.parent.parent, keep=tree.path)
+    return tree
+
+
+def _checkout(repo: Path, rev: str, root: Path | None, label: str | None) -> Tree:
     sha = resolve(repo, rev)
     worker = check_worker(repo, rev, sha)
     # one folder per repository: a worktree belongs to the repository that made it
@@ -102,7 +111,7 @@ def checkout(repo: Path, rev: str, root: Path | None = None, label: str | None =
         head = _git(path, "rev-parse", "HEAD")
         if head.returncode != 0:  # not a checkout any more (its repository moved): make it again
             shutil.rmtree(path)
-            return checkout(repo, rev, root, label)
+            return _checkout(repo, rev, root, label)
         lock = _lock_file(path)
         if lock.exists():
             raise RevisionError(f"{OPTION} {rev}: the worktree {path} is locked by a git lock file (another git "
@@ -110,6 +119,7 @@ def checkout(repo: Path, rev: str, root: Path | None = None, label: str | None =
                                 "git process runs")
         status = _git(path, "status", "--porcelain", "--untracked-files=no")
         if head.stdout.strip() == sha and status.returncode == 0 and not status.stdout.strip():
+            cacheprune.mark_used(path)
             return Tree(path, sha, label or rev, worker)
         raise RevisionError(f"{OPTION} {rev}: the worktree {path} is not a clean checkout of {sha[:12]} (edited, "
                             f"or left by an interrupted run); remove it with `git worktree remove --force {path}`")
@@ -123,6 +133,38 @@ def checkout(repo: Path, rev: str, root: Path | None = None, label: str | None =
         raise RevisionError(f"{OPTION} {rev}: could not check out {sha[:12]} at {path}: {_git_error(r.stderr)}")
     log.info("base %s (%s) checked out at %s", rev, sha[:12], path)
     return Tree(path, sha, label or rev, worker)
+
+
+def prune_worktrees(root: Path, keep: Path | None = None) -> list[Path]:
+    """Remove the worktrees under `root` (<root>/<repository>/<sha>) whose repository is gone (every
+    clean CI clone leaves one) or that were not used for cacheprune.UNUSED_DAYS; `keep` stays. A
+    removed worktree of a live repository is unregistered by that repository's next `git worktree
+    prune` (every checkout runs one)."""
+    entries = [p for p in sorted(Path(root).glob("*/*")) if p.is_dir()] if Path(root).is_dir() else []
+    removed = cacheprune.prune(entries, keep=keep, orphan=_repository_gone, remove=_remove_tree, what="base worktree")
+    for folder in {p.parent for p in removed}:
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # the repository's folder, once empty
+    return removed
+
+
+def _remove_tree(path: Path) -> bool:
+    """Remove a worktree, and unregister it from its repository where that still exists."""
+    common = _git(path, "rev-parse", "--path-format=absolute", "--git-common-dir")
+    shutil.rmtree(path)
+    if common.returncode == 0 and Path(common.stdout.strip()).is_dir():
+        _git(Path(common.stdout.strip()), "worktree", "prune")
+    return True
+
+
+def _repository_gone(worktree: Path) -> bool:
+    """A linked worktree's `.git` file names its repository's folder for it: gone with the repository."""
+    try:
+        text = (worktree / ".git").read_text()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return False  # being made, or not a linked worktree: its age decides
+    gitdir = text.partition("gitdir:")[2].strip()
+    return bool(gitdir) and not Path(gitdir).exists()
 
 
 def _lock_file(worktree: Path) -> Path:
