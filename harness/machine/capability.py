@@ -185,7 +185,7 @@ def _cache_key() -> str | None:
 
 def _boot_id() -> str | None:
     try:
-        return open("/proc/sys/kernel/random/boot_id").read().strip()
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return None
 
