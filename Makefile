@@ -88,14 +88,17 @@ gate-power: setup
 
 # How well the A/B gate tells a slower commit from noise on the default pair (docs/perf-gate.md, "Gate
 # power"): first the tests that time the planted slowdowns live (marker `planted`), then real gates
-# per planted slowdown (A/A, a 10% slower target, a 20% slower draft; then 5% at
-# --perf-tolerance 0.05), kept in AB_POWER_OUT and resumed from it (hours on 2 cores), with the rates
-# of gates replayed on its A/A rounds resampled. Under the noisy neighbour: make gate-power-ab-noisy.
-AB_POWER_OUT  ?= results/ab_power.jsonl
-AB_POWER_ARGS ?= --pair $(PAIR) --gates 20 --out $(AB_POWER_OUT)
+# per planted slowdown (A/A, a 10% slower target, a 20% slower draft, and the phase levels: a 10%
+# slower draft, a 10% slower verification pass, host work of 1.7% of a verification before each one,
+# about 5 ms at one thread; then 5% at --perf-tolerance 0.05), levels interleaved, kept in
+# AB_POWER_OUT and resumed from it (hours on 2 cores), with the rates of gates replayed on its A/A
+# rounds resampled. Under the noisy neighbour: make gate-power-ab-noisy.
+AB_POWER_OUT    ?= results/ab_power.jsonl
+AB_POWER_ARGS   ?= --pair $(PAIR) --gates 20 --out $(AB_POWER_OUT)
+AB_POWER_LEVELS ?= 0,0.10,draft:0.20,draft:0.10,verify:0.10,glue:0.017
 gate-power-ab: fetch
 	$(PY) -m pytest tests/unit -m planted -q -p no:cacheprovider
-	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS) --levels 0,0.10,draft:0.20
+	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS) --levels $(AB_POWER_LEVELS)
 	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS) --levels 0,0.05 --tolerance 0.05
 
 # A reproducible noisy neighbour (benchmarks/noisy_host.py): bursts of CPU and memory-bandwidth load

@@ -101,7 +101,8 @@ def level_of(row: dict) -> tuple[str, float]:
 
 
 def label(level: tuple[str, float]) -> str:
-    return f"{level[0]} {level[1]:.0%}"
+    """'glue 1.7%', 'target 10%': a fraction as given, not rounded to a whole percent."""
+    return f"{level[0]} {100 * level[1]:.3g}%"
 
 
 def candidate_environment(fraction: float, here: environment.Environment) -> environment.Environment:
