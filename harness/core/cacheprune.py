@@ -38,15 +38,15 @@ def days_unused(path: Path, now: float | None = None) -> float:
 def prune(entries: Iterable[Path], *, keep: Path | None, orphan: Callable[[Path], bool],
           remove: Callable[[Path], bool], days: float = UNUSED_DAYS, what: str = "cache entry") -> list[Path]:
     """Remove the `entries` (but `keep`) that are orphans or unused for more than `days`; `remove`
-    returns False where it left an entry alone (in use). The removed ones are logged in one line."""
+    returns False where it left an entry alone (in use). Each removal is logged with its reason."""
     now = time.time()
     removed: list[tuple[Path, str]] = []
     for path in entries:
         if keep is not None and path == keep:
             continue
         try:
-            why = "its base is gone" if orphan(path) else (
-                f"unused for {days_unused(path, now):.0f} days" if days_unused(path, now) > days else None)
+            idle = days_unused(path, now)
+            why = "its base is gone" if orphan(path) else (f"unused for {idle:.0f} days" if idle > days else None)
         except OSError:
             continue  # went while we looked
         if why is None:

@@ -216,13 +216,13 @@ def _remember(key: str, found: Capability) -> None:
 
     from harness.core.jsonio import atomic_write_text
 
-    path = _cache_file()
+    path, boot = _cache_file(), _boot_id()
     try:
         kept = json.loads(path.read_text())
-        kept = {k: v for k, v in kept.items() if isinstance(v, dict) and v.get("boot") == _boot_id()}
+        kept = {k: v for k, v in kept.items() if isinstance(v, dict) and v.get("boot") == boot}
     except (OSError, ValueError, AttributeError):
         kept = {}
-    kept[key] = {**found.as_dict(), "boot": _boot_id()}
+    kept[key] = {**found.as_dict(), "boot": boot}
     try:
         atomic_write_text(path, json.dumps(kept, indent=1, sort_keys=True) + "\n")
     except OSError as exc:

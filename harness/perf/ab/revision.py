@@ -138,8 +138,7 @@ def _checkout(repo: Path, rev: str, root: Path | None, label: str | None) -> Tre
 def prune_worktrees(root: Path, keep: Path | None = None) -> list[Path]:
     """Remove the worktrees under `root` (<root>/<repository>/<sha>) whose repository is gone (every
     clean CI clone leaves one) or that were not used for cacheprune.UNUSED_DAYS; `keep` stays. A
-    removed worktree of a live repository is unregistered by that repository's next `git worktree
-    prune` (every checkout runs one)."""
+    removed worktree of a live repository is unregistered from it at once (`_remove_tree`)."""
     entries = [p for p in sorted(Path(root).glob("*/*")) if p.is_dir()] if Path(root).is_dir() else []
     removed = cacheprune.prune(entries, keep=keep, orphan=_repository_gone, remove=_remove_tree, what="base worktree")
     for folder in {p.parent for p in removed}:
