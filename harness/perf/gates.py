@@ -236,7 +236,10 @@ def run_ab_gate(session: PerfSession, combo: Combination, trees: tuple[revision.
                 str(Path(session.matrix.user).absolute()), "combination": combo.as_request(),
                 "settings": dataclasses.asdict(session.settings), "plant": plant if arm == "candidate" else None}
 
-    plan = session.plan
+    try:
+        plan = duet.for_device(session.plan, combo.device, combo.id)
+    except HarnessError as exc:
+        pytest.fail(str(exc), pytrace=False)
     session.environments = session.environments or ab_environments(session)  # the reference fallback: first use
     base_env, candidate_env = session.environments
     _decide_ab(session, combo, ABGate(combo, session.settings, Arm("base", base, env=plan.env(), environment=base_env),

@@ -90,7 +90,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perf-duet", choices=duet.CHOICES, default="auto",
                 help="A/B gate: run both arms' rounds at the same time, each on a core of its own with one thread, "
                      "swapping cores every round (on), or in turn with every core each (off); auto: side by side "
-                     "where this process may use 2 cores (default)")
+                     "where this process may use 2 cores, a GPU combination in turn (default)")
     g.addoption("--perf-threads", choices=placement.CHOICES, default=placement.ONE,
                 help="stored-baseline gate: measure the host probe and the rounds with one thread pinned to one "
                      "core (one, default: steadier on a shared host) or with torch's threads on every core (all: "

@@ -32,6 +32,23 @@ def test_side_by_side_arms_swap_cores_every_round_with_one_thread_each():
     assert duet.plan("off", [0, 1]).core(0, 0) is None
 
 
+
+def test_a_gpu_combination_takes_turns_under_auto_and_says_why():
+    run = duet.plan("auto", [0, 1])
+    gpu = duet.for_device(run, "cuda", "tiny+draft:fp32+fp32:cuda:greedy:k4")
+    assert gpu.mode == duet.INTERLEAVED and gpu.cores is None and gpu.env() == {}
+    assert "cuda combinations take turns" in gpu.reason and "share" in gpu.reason
+    assert duet.for_device(run, "cpu", "c") is run  # the CPU's combinations keep the run's plan
+    off = duet.plan("off", [0, 1])
+    assert duet.for_device(off, "cuda", "c") is off
+
+
+def test_on_with_a_gpu_combination_is_a_one_line_error_naming_the_option_and_the_combination():
+    with pytest.raises(duet.DuetError, match=r"^--perf-duet on: tiny:cuda runs on cuda, and side by side both arms "
+                                             r"would share .*pass --perf-duet auto .*--perf-platform cpu\)$") as caught:
+        duet.for_device(duet.plan("on", [0, 1]), "cuda", "tiny:cuda")
+    assert "\n" not in str(caught.value)
+
 def allowed(pid: int) -> set[str]:
     """Cpus_allowed_list of every thread of `pid`."""
     out = set()

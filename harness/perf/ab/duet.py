@@ -36,6 +36,7 @@ class Plan:
     mode: str                          # DUET or INTERLEAVED
     cores: tuple[int, int] | None      # DUET: the two cores the arms take in turn
     reason: str                        # why this mode (a line of the run's notes)
+    choice: str = "off"                # what --perf-duet asked for: on | off | auto
 
     @property
     def duet(self) -> bool:
@@ -67,10 +68,24 @@ def plan(choice: str, cores: list[int] | None = None) -> Plan:
                "(widen the CPU affinity, e.g. taskset -c 0,1)")
         if choice == "on":
             raise DuetError(f"{OPTION} on: {why}, or pass {OPTION} off")
-        return Plan(INTERLEAVED, None, f"{OPTION} auto: {why}: the arms take turns")
+        return Plan(INTERLEAVED, None, f"{OPTION} auto: {why}: the arms take turns", choice)
     pair = (cores[0], cores[1])
     return Plan(DUET, pair, f"{OPTION} {choice}: the arms run side by side, one thread each, on cores "
-                            f"{pair[0]} and {pair[1]}, swapping every round")
+                            f"{pair[0]} and {pair[1]}, swapping every round", choice)
+
+
+def for_device(run_plan: Plan, device: str, combination: str) -> Plan:
+    """The mode of one combination: side by side is for the CPU. On a GPU both arms would send
+    their kernels to the one device at once, so each arm's time would hold the other's work: the
+    arms take turns there (`auto`), and `on` is an error naming the option."""
+    if not run_plan.duet or device == "cpu":
+        return run_plan
+    why = f"{combination} runs on {device}, and side by side both arms would share that one {device} device"
+    if run_plan.choice == "on":
+        raise DuetError(f"{OPTION} on: {why}; pass {OPTION} auto (its arms then take turns) or off, "
+                        "or gate the CPU combinations alone (--perf-platform cpu)")
+    return Plan(INTERLEAVED, None, f"{OPTION} auto: {device} combinations take turns, each arm with the whole "
+                                   "device (side by side both arms would share it)", run_plan.choice)
 
 
 def pin(pid: int, core: int) -> None:
