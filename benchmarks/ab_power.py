@@ -10,7 +10,8 @@ interrupted run resumes where it stopped. Each row names the host condition (qui
 benchmarks/noisy_host.py), the arms' mode and the CPU class. Then prints, per level: detection
 (REGRESSION) and false-alarm rates, UNDECIDED, rounds and minutes per gate; and the same rates over
 --trials gates replayed through the gate's own code on the kept A/A rounds resampled by worker pair
-(harness/perf/replay.py), each level's measured shift applied, for rates tighter than real gates give.
+(harness/perf/replay.py), each level's measured shift applied to every metric and gated phase, for rates
+tighter than real gates give.
 
     python benchmarks/ab_power.py --pair smollm2-135m+self --levels 0,0.10 --gates 5
     python benchmarks/ab_power.py --pair qwen-coder-1.5b+0.5b --levels 0,0.10,draft:0.20 --gates 20   # hours
@@ -46,7 +47,8 @@ from harness.perf.ab.gate import ABGate, ABSettings
 from harness.perf.ab.arms import Arm
 from harness.perf.ab.loadguard import LoadGuard, noise_pids
 from harness.perf.combinations import Combination, PerfSettings
-from harness.perf.record import METRICS, Round
+from harness.measure import phases
+from harness.perf.record import GATED_PHASES, METRICS, Round
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = "env"  # a level planted in the candidate's Python environment (a slower copy of transformers)
@@ -148,18 +150,36 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
 
 
 def shifts(done: list[dict], level: tuple[str, float]) -> dict[str, float] | None:
-    """The factor a planted level moves each metric of the candidate by: measured (the mean per-round
+    """The factor a planted level moves each of the candidate's metrics and gated phases by, as the
+    gate's ratios go (below 1: slower; a phase's cost is divided by it): measured (the mean per-round
     log ratio of this level's real gates) where there are any; else nominal for a target slowdown
-    (plain and assisted tokens/s 1/(1+L), the speedup left alone); None when nothing says."""
+    (plain and assisted tokens/s and the target's passes 1/(1+L), the rest left alone); None when
+    nothing says."""
     gates = [g for g in done if level_of(g) == level]
     into, fraction = level
     if not fraction and into != ENV:
-        return {m: 1.0 for m in METRICS}
+        return {m: 1.0 for m in (*METRICS, *GATED_PHASES)}
     if gates:
-        return {m: math.exp(statistics.fmean(math.log(r) for g in gates for r in g["ratios"][m])) for m in METRICS}
+        def mean_ratio(name: str) -> float:
+            return math.exp(statistics.fmean(math.log(r) for g in gates for r in g["ratios"][name]))
+        return {m: mean_ratio(m) for m in (*METRICS, *(p for p in GATED_PHASES if all(p in g["ratios"] for g in gates)))}
     if into == "target":
-        return {"plain_tokens_per_sec": 1 / (1 + fraction), "assisted_tokens_per_sec": 1 / (1 + fraction), "speedup": 1.0}
+        slower = 1 / (1 + fraction)
+        return {"plain_tokens_per_sec": slower, "assisted_tokens_per_sec": slower, "speedup": 1.0,
+                phases.TARGET_STEP: slower, phases.VERIFY: slower, phases.DRAFT_STEP: 1.0, phases.OVERHEAD: 1.0}
     return None
+
+
+def moved(r: Round, shift: dict[str, float]) -> Round:
+    """A candidate round moved by `shift`: each metric times its factor, each gated phase's cost
+    divided by its factor; without phases where `shift` does not say how every gated phase moved
+    (the resampled gate then decides on the metrics alone, as against an older worker)."""
+    kept = None
+    if r.phases is not None and all(p in shift for p in GATED_PHASES):
+        kept = {name: cost if name not in GATED_PHASES else
+                phases.PhaseCost(cost.calls, *(v / shift[name] for v in (cost.total_ms, cost.median_ms, cost.low_ms)))
+                for name, cost in r.phases.items()}
+    return dataclasses.replace(r, **{m: r.metric(m) * shift[m] for m in METRICS}, phases=kept)
 
 
 def simulate(aa: list[dict], shift: dict[str, float], combo: Combination, settings: PerfSettings, ab: ABSettings,
@@ -167,7 +187,8 @@ def simulate(aa: list[dict], shift: dict[str, float], combo: Combination, settin
     """Gates replayed through the gate's own code (harness/perf/replay.py) on A/A rounds resampled by
     worker pair: blocks of `restart_every` consecutive rounds (one worker pair's) drawn with
     replacement, so that the spread between worker pairs stays in; the candidate's rounds moved by
-    `shift`."""
+    `shift` (`moved`), so that the gated phases are decided and counted in the false-alarm budget
+    as in a live gate."""
     blocks = []
     for g in aa:
         base, cand, every = replay.power_row_rounds(g, "base"), replay.power_row_rounds(g, "candidate"), g.get("restart_every", ab.restart_every)
@@ -178,9 +199,8 @@ def simulate(aa: list[dict], shift: dict[str, float], combo: Combination, settin
         while len(pairs) < settings.max_rounds:
             pairs += rng.choice(blocks)
         pairs = pairs[:settings.max_rounds]
-        moved = [Round(**{m: c.metric(m) * shift[m] for m in METRICS}, counters={}) for _, c in pairs]
         result = replay.ab_gate(combo, settings, ab, replay.RecordedArm("base", "A/A resampled", [b for b, _ in pairs]),
-                                replay.RecordedArm("candidate", "A/A resampled", moved)).run()
+                                replay.RecordedArm("candidate", "A/A resampled", [moved(c, shift) for _, c in pairs])).run()
         counts["regression"] += result.outcome == Outcome.REGRESSION
         counts["undecided"] += result.outcome == Outcome.UNDECIDED
         counts["rounds"] += result.rounds
@@ -233,8 +253,9 @@ def main(argv=None) -> int:
 def report(done: list[dict], aa: list[dict], levels: list[tuple[str, float]], combo: Combination,
            settings: PerfSettings, plan: duet.Plan, args) -> None:
     ab = ABSettings(tolerance=args.tolerance, restart_every=args.restart_every)
-    print(f"\nA/B gate power, {combo.id}, {plan.mode}, {args.condition}, tolerance {args.tolerance:.0%} "
-          f"(regression: significant and beyond -{args.tolerance / 2:.0%}; pass: -{args.tolerance / 2:.0%} ruled out), "
+    half = f"{100 * args.tolerance / 2:.3g}%"  # 2.5%, not 2%
+    print(f"\nA/B gate power, {combo.id}, {plan.mode}, {args.condition}, tolerance {100 * args.tolerance:.3g}% "
+          f"(regression: significant and beyond -{half}; pass: -{half} ruled out), "
           f"rounds {settings.rounds} (+{settings.batch}) up to {settings.max_rounds}; resampled from "
           f"{sum(g['rounds'] for g in aa)} A/A rounds of {len(aa)} gates")
     print(f"{'slowdown':>12} | {'real gates':>10} {'regression':>10} {'undecided':>9} {'rounds':>6} {'min/gate':>8} | "

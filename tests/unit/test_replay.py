@@ -5,9 +5,11 @@ deterministic: gates of the default pair measured side by side on an AMD EPYC (Z
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
+from bench_scripts import script_module
 
 from harness.workload import registry
 from harness.perf.ab.gate import ABSettings
@@ -64,3 +66,24 @@ def test_a_recording_shorter_than_the_first_look_is_decided_at_its_end_and_one_t
     gate.cap = 4  # more rounds asked than the candidate's recording holds
     with pytest.raises(ReplayError, match="the recording has no round 4"):
         gate.run()
+
+
+def test_resampled_gates_decide_on_the_phases_as_live_gates_do():
+    """benchmarks/ab_power.py's resampled gates carry the phases: a shift of `draft_step` alone (tokens/s
+    untouched) is caught, and unshifted A/A rounds raise no alarm; a shift that says nothing of the
+    phases leaves them out (the gate decides on the metrics alone)."""
+    aa = [g for g in GATES if g["level"] == 0 and g.get("phases")]
+    settings = PerfSettings.from_matrix(registry.load_matrix())
+    combo = type("Combo", (), {"id": aa[0]["combination"], "decoding": "greedy"})()
+    with script_module("ab_power") as ab_power:
+        unchanged = ab_power.shifts([], ("target", 0.0))
+        draft = {**unchanged, "draft_step": 1 / 1.15}
+
+        def rates(shift):
+            return ab_power.simulate(aa, shift, combo, settings, ABSettings(), 40, random.Random(7))
+
+        assert rates(draft)["regression"] >= 0.9
+        assert rates(unchanged)["regression"] == 0.0
+        assert rates({m: draft[m] for m in METRICS})["regression"] == 0.0  # tokens/s alone did not move
+        nominal = ab_power.shifts([], ("target", 0.10))
+        assert nominal["verify"] == nominal["target_step"] == pytest.approx(1 / 1.1) and nominal["draft_step"] == 1.0
