@@ -391,7 +391,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if c["deferred"]:
         line += (f" ({c['deferred']} deferred: this host is not comparable with the baselines' host; "
                  f"gate them A/B: {host.AB_COMMAND})")
-    if c["gated"] == 0 and not state.updating and not config.option.collectonly:
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        line += " -- stopped (interrupted): a combination still measuring is dropped, not decided"
+    elif c["gated"] == 0 and not state.updating and not config.option.collectonly:
         line += " -- nothing was gated, so this run FAILS: measure a baseline or name a reference commit"
     terminalreporter.write_line(line, bold=True)
 

@@ -186,6 +186,8 @@ def test_sigterm_ends_a_live_gate_with_its_workers_and_their_logs(tiny, tmp_path
             gate.kill()
             gate.wait()
     assert gate.returncode == 2 and "Terminated: terminated by SIGTERM" in out, out[-3000:]
+    assert "-- stopped (interrupted): a combination still measuring is dropped" in out, out[-3000:]
+    assert "measure a baseline" not in out  # the advice for a run that had nothing to gate
     assert wait_for(lambda: not workers_left(), 10), workers_left()
     assert not list(Path(tempfile.gettempdir()).glob(f"{LOG_PREFIX}{gate.pid}-*")), "worker logs were left behind"
 
