@@ -192,7 +192,8 @@ def simulate(aa: list[dict], shift: dict[str, float], combo: Combination, settin
     blocks = []
     for g in aa:
         base, cand, every = replay.power_row_rounds(g, "base"), replay.power_row_rounds(g, "candidate"), g.get("restart_every", ab.restart_every)
-        blocks += [list(zip(base[i:i + every], cand[i:i + every])) for i in range(0, len(base), every)]
+        moved_cand = [moved(c, shift) for c in cand]  # once per row, not once per draw
+        blocks += [list(zip(base[i:i + every], moved_cand[i:i + every])) for i in range(0, len(base), every)]
     counts = {"regression": 0, "undecided": 0, "rounds": 0}
     for _ in range(trials):
         pairs: list = []
@@ -200,7 +201,7 @@ def simulate(aa: list[dict], shift: dict[str, float], combo: Combination, settin
             pairs += rng.choice(blocks)
         pairs = pairs[:settings.max_rounds]
         result = replay.ab_gate(combo, settings, ab, replay.RecordedArm("base", "A/A resampled", [b for b, _ in pairs]),
-                                replay.RecordedArm("candidate", "A/A resampled", [moved(c, shift) for _, c in pairs])).run()
+                                replay.RecordedArm("candidate", "A/A resampled", [c for _, c in pairs])).run()
         counts["regression"] += result.outcome == Outcome.REGRESSION
         counts["undecided"] += result.outcome == Outcome.UNDECIDED
         counts["rounds"] += result.rounds
