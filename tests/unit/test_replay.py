@@ -12,7 +12,9 @@ import pytest
 from bench_scripts import script_module
 
 from harness.workload import registry
-from harness.perf.ab.gate import ABSettings
+from harness.perf.ab import duet
+from harness.perf.ab.gate import ABGate, ABSettings
+from harness.perf.ab.loadguard import LoadGuard
 from harness.perf.combinations import PerfSettings
 from harness.perf.outcome import Outcome
 from harness.perf.record import METRICS, Round
@@ -44,6 +46,37 @@ def test_recorded_gates_decide_again_as_they_did_live(gate):
     assert {m: d.verdict.value for m, d in result.decisions.items()} == gate["verdicts"]
     for m in METRICS:
         assert result.ratios[m] == pytest.approx(gate["ratios"][m])
+
+
+class LoggedArm(RecordedArm):
+    """A recorded arm that writes each load request sent and each answer read into a shared log."""
+
+    def __init__(self, events: list[str], *args):
+        super().__init__(*args)
+        self.events = events
+
+    def send(self, message):
+        if message["op"] == "load":
+            self.events.append(f"send {self.name}")
+        super().send(message)
+
+    def receive(self, op, *, timeout_s=None):
+        if op == "load":
+            self.events.append(f"read {self.name}")
+        return super().receive(op, timeout_s=timeout_s)
+
+
+@pytest.mark.parametrize("plan", [duet.IN_TURN, duet.plan("on", [0, 1])], ids=["in-turn", "duet"])
+def test_both_arms_load_at_once_whether_or_not_their_rounds_take_turns(plan):
+    """Nothing is timed while the arms load and warm up, so each worker gets its load request before
+    either answer is awaited: loading in turn doubled a GPU gate's time (docs/bench.md)."""
+    gate, events = GATES[0], []
+    settings = PerfSettings.from_matrix(registry.load_matrix())
+    combo = type("Combo", (), {"id": gate["combination"], "decoding": "greedy"})()
+    arms = [LoggedArm(events, name, f"HEAD {name}", arm_rounds(gate, name)) for name in ("base", "candidate")]
+    ABGate(combo, settings, *arms, lambda arm: {"op": "load"}, ABSettings(restart_every=4),
+           guard=LoadGuard(watch=False), plan=plan, available=8).run()
+    assert events == ["send base", "send candidate", "read base", "read candidate"] * 2  # the start and one restart
 
 
 def test_a_slowdown_planted_into_recorded_a_a_rounds_is_caught_and_a_smaller_one_is_not():

@@ -120,16 +120,15 @@ class ABGate:
         self.restarts = 0
 
     def _load_all(self) -> None:
-        """Load both arms' models: side by side at once (each on its core), else one after the other."""
+        """Load (and warm up) both arms' models at once, side by side on their cores in duet. Nothing
+        is timed while they load, so the arms need not take turns; on a GPU host, where a tiny pair's
+        rounds take about a second, loading in turn doubled a gate's time (docs/bench.md)."""
         if self.plan.duet:
             self._pin(0)
-            for name, arm in self.arms.items():
-                arm.send(self.load_request(name))
-            for name, arm in self.arms.items():
-                self._loaded(arm.receive("load"))
-        else:
-            for name, arm in self.arms.items():
-                self._loaded(arm.request(self.load_request(name)))
+        for name, arm in self.arms.items():
+            arm.send(self.load_request(name))
+        for name, arm in self.arms.items():
+            self._loaded(arm.receive("load"))
 
     def _pin(self, index: int) -> dict[str, int | None]:
         """Duet: each arm's core for round `index` (they swap every round), every thread pinned."""
