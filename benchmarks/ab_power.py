@@ -76,6 +76,9 @@ def parse_args(argv):
     p.add_argument("--max-rounds", type=int, default=None, metavar="N",
                    help="the gates' cap on rounds, as --perf-max-repeats sets it (default: the registry's [perf] "
                         "max_rounds); the resampled gates use it too")
+    p.add_argument("--batch", type=int, default=None, metavar="N",
+                   help="rounds between looks after the first (default: the registry's [perf] batch); the real "
+                        "and the resampled gates use it")
     p.add_argument("--out", type=Path, default=Path("results/ab_power.jsonl"), help="finished gates (resumed)")
     return p.parse_args(argv)
 
@@ -219,6 +222,10 @@ def main(argv=None) -> int:
         if args.max_rounds < settings.rounds:
             raise SystemExit(f"--max-rounds {args.max_rounds}: at least the first look's {settings.rounds} rounds")
         settings = dataclasses.replace(settings, max_rounds=args.max_rounds)
+    if args.batch is not None:
+        if args.batch < 1:
+            raise SystemExit(f"--batch {args.batch}: at least 1 round between looks")
+        settings = dataclasses.replace(settings, batch=args.batch)
     levels = [parse_level(x) for x in args.levels.split(",")]
     plan = duet.plan(args.duet)
     kept = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []

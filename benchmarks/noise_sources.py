@@ -7,6 +7,11 @@ For each A/A gate of a JSON-lines file (benchmarks/data/ab_power_*.jsonl), per m
 - the lag-1 autocorrelation of ln(arm on the first core / arm on the second) and of
   ln(candidate / base): the arms swap cores every round, so a slow core makes the first alternate
   (negative autocorrelation of the ratio) and a slow process makes the second persist.
+Then, over the file's A/A gates, two ways a gate might see through that noise:
+- a core term in the paired model: the mean per-gate sd of ln(candidate / base) of each tokens/s
+  metric as the gate has it, and with each round's core (the candidate's) fitted as an offset;
+- assisted tokens/s predicted from each round's phase medians (draft steps, verifications and host
+  overhead, calls x median) instead of measured: the per-round spread of each, all rounds pooled.
 
     python benchmarks/noise_sources.py benchmarks/data/ab_power_avx512-bf16_duet_vm-busy.jsonl
 """
@@ -42,12 +47,63 @@ def describe(gate: dict) -> str:
             f" candidate/base {lag1(ratio):+.2f}")
 
 
+def core_term_sd(d: list[float], candidate_cores: list[int]) -> float:
+    """The residual sd of d after fitting a mean and an offset for the candidate's core (n - 2 df)."""
+    s = [1.0 if c == candidate_cores[0] else -1.0 for c in candidate_cores]
+    ms, md = statistics.fmean(s), statistics.fmean(d)
+    sxx = sum((x - ms) ** 2 for x in s)
+    slope = sum((x - ms) * (y - md) for x, y in zip(s, d)) / sxx if sxx else 0.0
+    residuals = [y - md - slope * (x - ms) for x, y in zip(s, d)]
+    return math.sqrt(sum(r * r for r in residuals) / (len(d) - 2))
+
+
+def assisted_from_phases(rounds: dict | None) -> float | None:
+    """An arm's assisted decode time in a round predicted from its phase medians, in ms."""
+    if not rounds or any(p not in rounds for p in ("draft_step", "verify", "overhead")):
+        return None
+    return sum(rounds[p]["calls"] * rounds[p]["median_ms"] for p in ("draft_step", "verify", "overhead"))
+
+
+def rms(x: list[float]) -> float:
+    return math.sqrt(sum(v * v for v in x) / len(x))
+
+
+def summary(gates: list[dict]) -> list[str]:
+    """The core-term and phase-prediction lines over a file's A/A gates."""
+    lines = []
+    paired = [g for g in gates if g.get("cores") and len(g["ratios"]["speedup"]) > 2]
+    if paired:
+        cells = []
+        for m in ("speedup", "assisted_tokens_per_sec", "plain_tokens_per_sec"):
+            d = [[math.log(r) for r in g["ratios"][m]] for g in paired]
+            now = statistics.fmean(statistics.stdev(x) for x in d)
+            fitted = statistics.fmean(core_term_sd(x, g["cores"]["candidate"]) for x, g in zip(d, paired))
+            cells.append(f"{m} {now:.2%} -> {fitted:.2%}")
+        lines.append(f"{len(paired)} A/A gates, mean per-gate sd of ln(candidate/base), as gated -> with a core term: "
+                     + ", ".join(cells))
+    measured, predicted = [], []
+    for g in gates:
+        for i, (b, c) in enumerate(zip(*(g.get("phases", {}).get(arm) or [] for arm in ("base", "candidate")))):
+            pb, pc = assisted_from_phases(b), assisted_from_phases(c)
+            if pb and pc:
+                measured.append(math.log(g["ratios"]["assisted_tokens_per_sec"][i]))
+                predicted.append(math.log(pb / pc))
+    if measured:
+        lines.append(f"{len(measured)} A/A rounds with phases, per-round spread of assisted tokens/s: measured "
+                     f"{rms(measured):.2%}, predicted from the phase medians {rms(predicted):.2%}")
+    return lines
+
+
 def main(paths: list[str]) -> int:
     for path in paths:
-        for line in Path(path).read_text().splitlines():
-            gate = json.loads(line)
-            if gate["level"] == 0 and "cpu_s" in gate and gate.get("cores"):
+        gates = [gate for line in Path(path).read_text().splitlines()
+                 if (gate := json.loads(line))["level"] == 0 and gate.get("into") != "env"]
+        print(path)
+        for gate in gates:
+            if "cpu_s" in gate and gate.get("cores"):
                 print(describe(gate))
+        for line in summary(gates):
+            print("  " + line)
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,15 @@ def test_resampled_gates_decide_on_the_phases_as_live_gates_do():
         assert rates({m: draft[m] for m in METRICS})["regression"] == 0.0  # tokens/s alone did not move
         nominal = ab_power.shifts([], ("target", 0.10))
         assert nominal["verify"] == nominal["target_step"] == pytest.approx(1 / 1.1) and nominal["draft_step"] == 1.0
+
+
+def test_the_noise_study_takes_a_core_offset_out_of_the_spread_and_reads_the_kept_rows():
+    """benchmarks/noise_sources.py: a planted offset between the two cores is all of a gate's spread
+    as gated and none of it with the core term; on the kept rows both lines are printed."""
+    with script_module("noise_sources") as noise:
+        cores = [0, 1] * 8
+        d = [0.04 * (1 if c == 0 else -1) + 0.002 * ((i * 7) % 5 - 2) for i, c in enumerate(cores)]
+        assert statistics.stdev(d) > 0.035 and noise.core_term_sd(d, cores) < 0.004
+        lines = noise.summary([g for g in GATES if not g["level"]])
+    assert lines[0].startswith(f"{sum(1 for g in GATES if not g['level'])} A/A gates") and "with a core term" in lines[0]
+    assert "predicted from the phase medians" in lines[1]
