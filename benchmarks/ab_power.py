@@ -117,6 +117,17 @@ def candidate_environment(fraction: float, here: environment.Environment) -> env
     return environment.build(str(wheel), here, say=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
 
 
+def looks_of(settings: PerfSettings) -> dict[str, int]:
+    """When a gate looks: first after `rounds`, then every `batch`, up to `max_rounds`. Kept in each row,
+    so that gates run with --batch or --max-rounds are not counted with those of the registry's."""
+    return {"rounds": settings.rounds, "batch": settings.batch, "max_rounds": settings.max_rounds}
+
+
+def same_looks(gate: dict, settings: PerfSettings) -> bool:
+    """A kept gate ran with these settings' looks (a row from before rows kept them counts as such)."""
+    return gate.get("looks", looks_of(settings)) == looks_of(settings)
+
+
 def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, restart_every, noise, into="target",
              environments=None) -> dict:
     base, candidate = trees
@@ -138,7 +149,8 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
                     Arm("candidate", candidate, env=plan.env(), environment=candidate_env),
                     load_request, ab, guard=LoadGuard(noise=noise), plan=plan).run(progress)
     return {"level": level, "into": into, "tolerance": tolerance, "outcome": result.outcome.value, "rounds": result.rounds, "redone": result.redone,
-            "restart_every": ab.restart_every, "mode": result.mode, "cpu_class": matrix.cpu_class,
+            "restart_every": ab.restart_every, "looks": looks_of(settings), "mode": result.mode,
+            "cpu_class": matrix.cpu_class,
             "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
             "arms": {arm: {m: [s.metric(m) for s in samples] for m in METRICS} for arm, samples in result.samples.items()},
             "phases": replay.power_row_phases(result.samples),
@@ -232,7 +244,8 @@ def main(argv=None) -> int:
     # this combination, mode, host condition and CPU class: A/A rounds at any tolerance, gates at this one
     same = [g for g in kept if g.get("combination") == combo.id and g.get("mode", "interleaved") == plan.mode
             and g.get("condition", "quiet") == args.condition and g.get("cpu_class", matrix.cpu_class) == matrix.cpu_class]
-    done = [g for g in same if g.get("tolerance", ABSettings().tolerance) == args.tolerance]
+    done = [g for g in same if g.get("tolerance", ABSettings().tolerance) == args.tolerance
+            and same_looks(g, settings)]
     if args.gates:
         here = environment.current()
         repo = revision.repository_root(REPO)

@@ -4,6 +4,7 @@ deterministic: gates of the default pair measured side by side on an AMD EPYC (Z
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import statistics
@@ -119,6 +120,10 @@ def test_resampled_gates_decide_on_the_phases_as_live_gates_do():
         assert rates(draft)["regression"] >= 0.9
         assert rates(unchanged)["regression"] == 0.0
         assert rates({m: draft[m] for m in METRICS})["regression"] == 0.0  # tokens/s alone did not move
+        batch4 = dataclasses.replace(settings, batch=4)
+        kept = {**aa[0], "looks": ab_power.looks_of(batch4)}  # a gate run with --batch 4
+        assert not ab_power.same_looks(kept, settings) and ab_power.same_looks(kept, batch4)
+        assert ab_power.same_looks(aa[0], settings)  # kept before rows named their looks
         nominal = ab_power.shifts([], ("target", 0.10))
         assert nominal["verify"] == nominal["target_step"] == pytest.approx(1 / 1.1) and nominal["draft_step"] == 1.0
 
