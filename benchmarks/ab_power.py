@@ -271,6 +271,21 @@ def main(argv=None) -> int:
     return 0
 
 
+def time_split(gates: list[dict]) -> tuple[float, float] | None:
+    """Where the real gates' minutes went: (seconds a round spends measuring, the slower arm's wall
+    time; seconds a worker start or restart takes, both arms loading and warming up), over the gates
+    that kept each round's wall time. A redone round is counted at the mean round's time."""
+    kept = [g for g in gates if g.get("wall_s") and g["rounds"]]
+    if not kept:
+        return None
+    rounds = sum(g["rounds"] for g in kept)
+    measuring = sum(max(b, c) for g in kept for b, c in zip(g["wall_s"]["base"], g["wall_s"]["candidate"]))
+    per_round = measuring / rounds
+    starts = sum(-(-g["rounds"] // g.get("restart_every", ABSettings().restart_every)) for g in kept)
+    loading = sum(g["minutes"] * 60 for g in kept) - measuring - per_round * sum(g.get("redone", 0) for g in kept)
+    return per_round, loading / starts
+
+
 def report(done: list[dict], aa: list[dict], levels: list[tuple[str, float]], combo: Combination,
            settings: PerfSettings, plan: duet.Plan, args) -> None:
     ab = ABSettings(tolerance=args.tolerance, restart_every=args.restart_every)
@@ -297,6 +312,9 @@ def report(done: list[dict], aa: list[dict], levels: list[tuple[str, float]], co
     spread = {m: math.sqrt(sum(math.log(r[i]) ** 2 for r in rounds) / max(1, len(rounds) - 1))
               for i, m in enumerate(METRICS)} if rounds else {}
     print("A/A per-round spread of ln(candidate/base): " + ", ".join(f"{m} {v:.1%}" for m, v in spread.items()))
+    if split := time_split(done):
+        print(f"A real gate's time: {split[0]:.1f} s a round measuring, {split[1]:.0f} s a worker start or restart "
+              "(both arms loading and warming up)")
 
 
 def stored_gate_fails(stored: dict[str, list[float]], measured: dict[str, list[float]],

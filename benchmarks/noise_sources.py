@@ -11,7 +11,9 @@ Then, over the file's A/A gates, two ways a gate might see through that noise:
 - a core term in the paired model: the mean per-gate sd of ln(candidate / base) of each tokens/s
   metric as the gate has it, and with each round's core (the candidate's) fitted as an offset;
 - assisted tokens/s predicted from each round's phase medians (draft steps, verifications and host
-  overhead, calls x median) instead of measured: the per-round spread of each, all rounds pooled.
+  overhead, calls x median) instead of measured: the per-round spread of each, all rounds pooled;
+and what the worker restarts are for: the spread between worker pairs (blocks of `restart_every`
+rounds) beside the spread within one, by a one-way analysis of variance.
 
     python benchmarks/noise_sources.py benchmarks/data/ab_power_avx512-bf16_duet_vm-busy.jsonl
 """
@@ -64,6 +66,21 @@ def assisted_from_phases(rounds: dict | None) -> float | None:
     return sum(rounds[p]["calls"] * rounds[p]["median_ms"] for p in ("draft_step", "verify", "overhead"))
 
 
+def pair_spread(gates: list[dict], metric: str) -> tuple[float, float]:
+    """(within, between): the sd of a metric's ln(candidate / base) among one worker pair's rounds,
+    and the sd of the pairs' own offsets (the excess of the block means' variance over what the
+    within-pair spread explains; 0 when there is none)."""
+    within, means, sizes = [], [], []
+    for g in gates:
+        d, every = [math.log(r) for r in g["ratios"][metric]], g.get("restart_every", 4)
+        for block in (d[i:i + every] for i in range(0, len(d) - every + 1, every)):
+            within.append(statistics.variance(block))
+            means.append(statistics.fmean(block))
+            sizes.append(len(block))
+    w = statistics.fmean(within)
+    return math.sqrt(w), math.sqrt(max(0.0, statistics.variance(means) - w / statistics.fmean(sizes)))
+
+
 def rms(x: list[float]) -> float:
     return math.sqrt(sum(v * v for v in x) / len(x))
 
@@ -88,6 +105,12 @@ def summary(gates: list[dict]) -> list[str]:
             if pb and pc:
                 measured.append(math.log(g["ratios"]["assisted_tokens_per_sec"][i]))
                 predicted.append(math.log(pb / pc))
+    if paired:
+        cells = []
+        for m in ("assisted_tokens_per_sec", "plain_tokens_per_sec", "speedup"):
+            within, between = pair_spread(paired, m)
+            cells.append(f"{m} {between:.2%} between, {within:.2%} within")
+        lines.append("spread of ln(candidate/base) between worker pairs and within one: " + ", ".join(cells))
     if measured:
         lines.append(f"{len(measured)} A/A rounds with phases, per-round spread of assisted tokens/s: measured "
                      f"{rms(measured):.2%}, predicted from the phase medians {rms(predicted):.2%}")

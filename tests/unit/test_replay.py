@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 import statistics
 from pathlib import Path
@@ -124,6 +125,10 @@ def test_resampled_gates_decide_on_the_phases_as_live_gates_do():
         kept = {**aa[0], "looks": ab_power.looks_of(batch4)}  # a gate run with --batch 4
         assert not ab_power.same_looks(kept, settings) and ab_power.same_looks(kept, batch4)
         assert ab_power.same_looks(aa[0], settings)  # kept before rows named their looks
+        # 8 rounds of 15 s (the slower arm's) and one redone: 135 s of 4.25 minutes, 60 s each of two starts
+        timed = {"rounds": 8, "restart_every": 4, "redone": 1, "minutes": 4.25,
+                 "wall_s": {"base": [15.0] * 8, "candidate": [14.0, 15.0] * 4}}
+        assert ab_power.time_split([timed, {"rounds": 8, "minutes": 9.0}]) == pytest.approx((15.0, 60.0))
         nominal = ab_power.shifts([], ("target", 0.10))
         assert nominal["verify"] == nominal["target_step"] == pytest.approx(1 / 1.1) and nominal["draft_step"] == 1.0
 
@@ -137,4 +142,9 @@ def test_the_noise_study_takes_a_core_offset_out_of_the_spread_and_reads_the_kep
         assert statistics.stdev(d) > 0.035 and noise.core_term_sd(d, cores) < 0.004
         lines = noise.summary([g for g in GATES if not g["level"]])
     assert lines[0].startswith(f"{sum(1 for g in GATES if not g['level'])} A/A gates") and "with a core term" in lines[0]
-    assert "predicted from the phase medians" in lines[1]
+    assert "between worker pairs" in lines[1] and "predicted from the phase medians" in lines[2]
+    # four worker pairs 3% apart and a 1% spread within each: the offsets are between, not within
+    rounds = [math.exp(0.03 * (pair % 2) + 0.01 * (1 if i % 2 else -1)) for pair in range(4) for i in range(4)]
+    with script_module("noise_sources") as noise:
+        within, between = noise.pair_spread([{"ratios": {"speedup": rounds}, "restart_every": 4}], "speedup")
+    assert within == pytest.approx(0.0115, abs=0.001) and between == pytest.approx(0.0163, abs=0.0005)
