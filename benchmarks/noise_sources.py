@@ -26,6 +26,11 @@ import statistics
 import sys
 from pathlib import Path
 
+from harness.measure.phases import DRAFT_STEP, OVERHEAD, VERIFY
+from harness.perf.ab.gate import ABSettings
+
+ASSISTED_PHASES = (DRAFT_STEP, VERIFY, OVERHEAD)  # an assisted decode step's passes and host work
+
 
 def lag1(x: list[float]) -> float:
     m = statistics.fmean(x)
@@ -61,9 +66,9 @@ def core_term_sd(d: list[float], candidate_cores: list[int]) -> float:
 
 def assisted_from_phases(rounds: dict | None) -> float | None:
     """An arm's assisted decode time in a round predicted from its phase medians, in ms."""
-    if not rounds or any(p not in rounds for p in ("draft_step", "verify", "overhead")):
+    if not rounds or any(p not in rounds for p in ASSISTED_PHASES):
         return None
-    return sum(rounds[p]["calls"] * rounds[p]["median_ms"] for p in ("draft_step", "verify", "overhead"))
+    return sum(rounds[p]["calls"] * rounds[p]["median_ms"] for p in ASSISTED_PHASES)
 
 
 def pair_spread(gates: list[dict], metric: str) -> tuple[float, float]:
@@ -72,7 +77,7 @@ def pair_spread(gates: list[dict], metric: str) -> tuple[float, float]:
     within-pair spread explains; 0 when there is none)."""
     within, means, sizes = [], [], []
     for g in gates:
-        d, every = [math.log(r) for r in g["ratios"][metric]], g.get("restart_every", 4)
+        d, every = [math.log(r) for r in g["ratios"][metric]], g.get("restart_every", ABSettings().restart_every)
         for block in (d[i:i + every] for i in range(0, len(d) - every + 1, every)):
             within.append(statistics.variance(block))
             means.append(statistics.fmean(block))
@@ -86,7 +91,8 @@ def rms(x: list[float]) -> float:
 
 
 def summary(gates: list[dict]) -> list[str]:
-    """The core-term and phase-prediction lines over a file's A/A gates."""
+    """Over a file's A/A gates: the core-term line and the worker-pair line (gates side by side),
+    then the phase-prediction line (rounds that kept their phases)."""
     lines = []
     paired = [g for g in gates if g.get("cores") and len(g["ratios"]["speedup"]) > 2]
     if paired:
@@ -98,6 +104,10 @@ def summary(gates: list[dict]) -> list[str]:
             cells.append(f"{m} {now:.2%} -> {fitted:.2%}")
         lines.append(f"{len(paired)} A/A gates, mean per-gate sd of ln(candidate/base), as gated -> with a core term: "
                      + ", ".join(cells))
+        spreads = {m: pair_spread(paired, m) for m in ("assisted_tokens_per_sec", "plain_tokens_per_sec", "speedup")}
+        lines.append("spread of ln(candidate/base) between worker pairs and within one: "
+                     + ", ".join(f"{m} {between:.2%} between, {within:.2%} within"
+                                 for m, (within, between) in spreads.items()))
     measured, predicted = [], []
     for g in gates:
         for i, (b, c) in enumerate(zip(*(g.get("phases", {}).get(arm) or [] for arm in ("base", "candidate")))):
@@ -105,12 +115,6 @@ def summary(gates: list[dict]) -> list[str]:
             if pb and pc:
                 measured.append(math.log(g["ratios"]["assisted_tokens_per_sec"][i]))
                 predicted.append(math.log(pb / pc))
-    if paired:
-        cells = []
-        for m in ("assisted_tokens_per_sec", "plain_tokens_per_sec", "speedup"):
-            within, between = pair_spread(paired, m)
-            cells.append(f"{m} {between:.2%} between, {within:.2%} within")
-        lines.append("spread of ln(candidate/base) between worker pairs and within one: " + ", ".join(cells))
     if measured:
         lines.append(f"{len(measured)} A/A rounds with phases, per-round spread of assisted tokens/s: measured "
                      f"{rms(measured):.2%}, predicted from the phase medians {rms(predicted):.2%}")

@@ -34,9 +34,14 @@ def arm_rounds(gate: dict, arm: str) -> list[Round]:
     return power_row_rounds(gate, arm)
 
 
+def combo_of(gate: dict):
+    """The recorded gate's combination, as much of it as a replay reads."""
+    return type("Combo", (), {"id": gate["combination"], "decoding": "greedy"})()
+
+
 def replayed(gate: dict, candidate: list[Round] | None = None, **ab):
     settings = PerfSettings.from_matrix(registry.load_matrix())
-    combo = type("Combo", (), {"id": gate["combination"], "decoding": "greedy"})()
+    combo = combo_of(gate)
     rounds = candidate or arm_rounds(gate, "candidate")
     return ab_gate(combo, settings, ABSettings(**ab), RecordedArm("base", "HEAD 0123456789ab", arm_rounds(gate, "base")),
                    RecordedArm("candidate", "working-tree 0123456789ab", rounds))
@@ -75,7 +80,7 @@ def test_both_arms_load_at_once_whether_or_not_their_rounds_take_turns(plan):
     either answer is awaited: loading in turn doubled a GPU gate's time (docs/bench.md)."""
     gate, events = GATES[0], []
     settings = PerfSettings.from_matrix(registry.load_matrix())
-    combo = type("Combo", (), {"id": gate["combination"], "decoding": "greedy"})()
+    combo = combo_of(gate)
     arms = [LoggedArm(events, name, f"HEAD {name}", arm_rounds(gate, name)) for name in ("base", "candidate")]
     ABGate(combo, settings, *arms, lambda arm: {"op": "load"}, ABSettings(restart_every=4),
            guard=LoadGuard(watch=False), plan=plan, available=8).run()
@@ -110,7 +115,7 @@ def test_resampled_gates_decide_on_the_phases_as_live_gates_do():
     phases leaves them out (the gate decides on the metrics alone)."""
     aa = [g for g in GATES if g["level"] == 0 and g.get("phases")]
     settings = PerfSettings.from_matrix(registry.load_matrix())
-    combo = type("Combo", (), {"id": aa[0]["combination"], "decoding": "greedy"})()
+    combo = combo_of(aa[0])
     with script_module("ab_power") as ab_power:
         unchanged = ab_power.shifts([], ("target", 0.0))
         draft = {**unchanged, "draft_step": 1 / 1.15}
@@ -141,10 +146,9 @@ def test_the_noise_study_takes_a_core_offset_out_of_the_spread_and_reads_the_kep
         d = [0.04 * (1 if c == 0 else -1) + 0.002 * ((i * 7) % 5 - 2) for i, c in enumerate(cores)]
         assert statistics.stdev(d) > 0.035 and noise.core_term_sd(d, cores) < 0.004
         lines = noise.summary([g for g in GATES if not g["level"]])
+        # four worker pairs 3% apart and a 1% spread within each: the offsets are between, not within
+        rounds = [math.exp(0.03 * (pair % 2) + 0.01 * (1 if i % 2 else -1)) for pair in range(4) for i in range(4)]
+        within, between = noise.pair_spread([{"ratios": {"speedup": rounds}, "restart_every": 4}], "speedup")
     assert lines[0].startswith(f"{sum(1 for g in GATES if not g['level'])} A/A gates") and "with a core term" in lines[0]
     assert "between worker pairs" in lines[1] and "predicted from the phase medians" in lines[2]
-    # four worker pairs 3% apart and a 1% spread within each: the offsets are between, not within
-    rounds = [math.exp(0.03 * (pair % 2) + 0.01 * (1 if i % 2 else -1)) for pair in range(4) for i in range(4)]
-    with script_module("noise_sources") as noise:
-        within, between = noise.pair_spread([{"ratios": {"speedup": rounds}, "restart_every": 4}], "speedup")
     assert within == pytest.approx(0.0115, abs=0.001) and between == pytest.approx(0.0163, abs=0.0005)
