@@ -52,6 +52,10 @@ from harness.perf.record import GATED_PHASES, METRICS, Round
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = "env"  # a level planted in the candidate's Python environment (a slower copy of transformers)
+# Resampled false-alarm rates from fewer worker pairs than this are said to be rough: each pair is then
+# a large share of every draw, and 12 and 16 pairs gave 12.0% and 3.0% where no real gate erred
+# (docs/perf-gate.md, "Gate power: real gates and resampled ones").
+MIN_PAIRS = 20
 
 
 def parse_args(argv):
@@ -286,14 +290,23 @@ def time_split(gates: list[dict]) -> tuple[float, float] | None:
     return per_round, loading / starts
 
 
+def worker_pairs(aa: list[dict], restart_every: int) -> int:
+    """How many worker pairs' blocks of rounds the resampled gates draw from (as `simulate` cuts them)."""
+    return sum(-(-g["rounds"] // g.get("restart_every", restart_every)) for g in aa)
+
+
 def report(done: list[dict], aa: list[dict], levels: list[tuple[str, float]], combo: Combination,
            settings: PerfSettings, plan: duet.Plan, args) -> None:
     ab = ABSettings(tolerance=args.tolerance, restart_every=args.restart_every)
     half = f"{100 * args.tolerance / 2:.3g}%"  # 2.5%, not 2%
+    pairs = worker_pairs(aa, ab.restart_every)
     print(f"\nA/B gate power, {combo.id}, {plan.mode}, {args.condition}, tolerance {100 * args.tolerance:.3g}% "
           f"(regression: significant and beyond -{half}; pass: -{half} ruled out), "
           f"rounds {settings.rounds} (+{settings.batch}) up to {settings.max_rounds}; resampled from "
-          f"{sum(g['rounds'] for g in aa)} A/A rounds of {len(aa)} gates")
+          f"{sum(g['rounds'] for g in aa)} A/A rounds of {len(aa)} gates ({pairs} worker pairs)")
+    if aa and pairs < MIN_PAIRS:
+        print(f"(only {pairs} worker pairs to resample from: each is a large share of every draw, so the resampled "
+              f"false-alarm and UNDECIDED rates are rough until at least {MIN_PAIRS} back them: keep more A/A gates)")
     print(f"{'slowdown':>12} | {'real gates':>10} {'regression':>10} {'undecided':>9} {'rounds':>6} {'min/gate':>8} | "
           f"{'resampled':>9} {'regression':>10} {'undecided':>9} {'rounds':>6}")
     rng = random.Random(20261123)

@@ -138,6 +138,23 @@ def test_resampled_gates_decide_on_the_phases_as_live_gates_do():
         assert nominal["verify"] == nominal["target_step"] == pytest.approx(1 / 1.1) and nominal["draft_step"] == 1.0
 
 
+def test_the_report_says_when_too_few_worker_pairs_back_the_resampled_rates(capsys):
+    """A resampled rate from a few worker pairs is said to be rough; from enough of them it is not."""
+    aa = [g for g in GATES if g["level"] == 0 and g["rounds"] == 8]
+    settings = PerfSettings.from_matrix(registry.load_matrix())
+    args = type("Args", (), {"tolerance": 0.1, "restart_every": 4, "condition": "quiet", "trials": 2})()
+    plan = type("Plan", (), {"mode": "duet"})()
+    with script_module("ab_power") as ab_power:
+        assert ab_power.worker_pairs([{"rounds": 8, "restart_every": 4}, {"rounds": 13}], 4) == 2 + 4
+        few, enough = aa[:2], aa * (-(-ab_power.MIN_PAIRS // (2 * len(aa))))
+        assert ab_power.worker_pairs(few, 4) < ab_power.MIN_PAIRS <= ab_power.worker_pairs(enough, 4)
+        for pool in (few, enough):
+            ab_power.report(pool, pool, [("target", 0.0)], combo_of(aa[0]), settings, plan, args)
+    few_out, enough_out = capsys.readouterr().out.split("A/B gate power")[1:]
+    assert "(4 worker pairs)" in few_out and "only 4 worker pairs to resample from" in few_out
+    assert "worker pairs to resample from" not in enough_out
+
+
 def test_the_noise_study_takes_a_core_offset_out_of_the_spread_and_reads_the_kept_rows():
     """benchmarks/noise_sources.py: a planted offset between the two cores is all of a gate's spread
     as gated and none of it with the core term; on the kept rows both lines are printed."""
