@@ -115,6 +115,40 @@ def test_per_token_scales_make_a_verified_block_equal_to_one_token_at_a_time():
     assert not torch.equal(ao(x), torch.cat([ao(x[i:i + 1]) for i in range(7)]))
 
 
+def test_the_dynamic_int8_draft_packs_each_weight_once_and_computes_as_torchs_own(monkeypatch):
+    """w8af32-tensor builds torch's dynamic int8 layers without first packing an empty full-size
+    weight (fbgemm's prepack is most of quantizing a draft), and they compute what torch's own do."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    float_model = tiny_model("qwen2", seed=0, hidden=128)
+    reference = quantize_dynamic(copy.deepcopy(float_model), {torch.nn.Linear: per_channel_dynamic_qconfig},
+                                 dtype=torch.qint8)
+    packed: list[int] = []
+    prepack = torch.ops.quantized.linear_prepack
+
+    def counted(weight, bias=None):
+        packed.append(weight.numel())
+        return prepack(weight, bias)
+
+    monkeypatch.setattr(torch.ops.quantized, "linear_prepack", counted)
+    model, record = quant.quantize(copy.deepcopy(float_model), "w8af32-tensor", progress=False)
+    monkeypatch.undo()
+    weights = [m.weight.numel() for m in float_model.modules() if isinstance(m, torch.nn.Linear)]
+    assert record.layers == len(weights)
+    assert sum(packed) <= sum(weights) + 2 * len(weights)  # each real weight once, beside 1x1 placeholders
+    ours = {n: m for n, m in model.named_modules() if isinstance(m, DynamicLinear)}
+    theirs = {n: m for n, m in reference.named_modules() if isinstance(m, DynamicLinear)}
+    assert ours.keys() == theirs.keys() and len(ours) == len(weights)
+    for name, layer in ours.items():
+        (w, b), (w_ref, b_ref) = layer._packed_params._weight_bias(), theirs[name]._packed_params._weight_bias()
+        assert torch.equal(w.int_repr(), w_ref.int_repr()) and torch.equal(w.q_per_channel_scales(), w_ref.q_per_channel_scales())
+        assert (b is None) == (b_ref is None) and (b is None or torch.equal(b, b_ref))
+        assert (layer.in_features, layer.out_features) == (theirs[name].in_features, theirs[name].out_features)
+        assert repr(layer) == repr(theirs[name])
+    assert torch.equal(model(prompt()).logits, reference(prompt()).logits)
+
+
 def windows(rows: int = 4, length: int = 32) -> TokenWindows:
     ids = torch.randint(3, VOCAB, (rows, length), generator=torch.Generator().manual_seed(3))
     return TokenWindows("calibration", ids, hashlib.sha256(ids.numpy().tobytes()).hexdigest())
