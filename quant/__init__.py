@@ -36,12 +36,11 @@ class Method:
     module: str
     base_dtype: str            # the float dtype (torch attribute name) the model is loaded in first
     calibrated: bool = False   # needs calibration token windows
-    saveable: bool = True      # its layers are quant.layers classes (save/load/cache)
 
 
 _METHODS: dict[str, Method] = {
     "w8af32": Method("quant.w8af32", "float32"),
-    "w8af32-tensor": Method("quant.w8af32_tensor", "float32", saveable=False),
+    "w8af32-tensor": Method("quant.w8af32_tensor", "float32"),
     "w8abf16": Method("quant.w8abf16", "bfloat16"),
     "w8a8": Method("quant.smoothquant", "float32", calibrated=True),
     "w4abf16": Method("quant.awq", "bfloat16", calibrated=True),
@@ -110,12 +109,9 @@ def save(model: Any, record: QuantRecord, path: Path) -> None:
     atomically (temporary, fsync, rename)."""
     import torch
 
-    from quant.layers import LAYER_CLASSES, layer_meta
+    from quant.layers import LAYER_CLASSES, layer_meta, layer_state
 
-    if not method(record.method).saveable:
-        raise QuantSettingsError(f"{record.method} layers are torch.ao modules and are not saved; "
-                                 "quantizing again takes seconds")
-    layers = {name: {"meta": layer_meta(m), "state": m.state_dict()}
+    layers = {name: {"meta": layer_meta(m), "state": layer_state(m)}
               for name, m in model.named_modules() if type(m).__name__ in LAYER_CLASSES}
     vectors = {name: p.detach().clone() for name, p in model.named_parameters()
                if p.ndim == 1 and p.is_floating_point() and name.rpartition(".")[0] not in layers}

@@ -38,8 +38,6 @@ def key(model_dir: Path, name: str, settings: dict[str, Any], variant: dict[str,
 def cached_quantize(model: Any, name: str, model_dir: Path, cache_dir: Path, *, progress: bool = True,
                     variant: dict[str, Any] | None = None, **settings: Any) -> tuple[Any, quant.QuantRecord]:
     """`quant.quantize`, or the saved result of the same call if there is one."""
-    if not quant.method(name).saveable:
-        return quant.quantize(model, name, progress=progress, **settings)
     path = cache_dir / f"{model_dir.name}-{name}-{key(model_dir, name, settings, variant)}.pt"
     if path.exists():
         try:

@@ -8,6 +8,8 @@ torch's own CPU kernels in `forward`:
     Int8WeightOnlyLinear int8 weights per output channel, bf16 activations    aten._weight_int8pack_mm
     Int4WeightOnlyLinear int4 weights per group of input channels, bf16 act.  aten._weight_int4pack_mm_for_cpu
     Int6WeightOnlyLinear 6-bit weights per group, held in int8, bf16 act.     aten._weight_int8pack_mm
+    PackedOnceLinear     torch.ao's dynamic int8 Linear (w8af32-tensor), int8 activations per tensor;
+                         its weight lives packed for fbgemm, so it saves and restores its own state
 
 `input_scale` (optional, one value per input channel) divides the activations before the
 kernel: AWQ and SmoothQuant move per-channel scale from activations into weights this way.
@@ -276,18 +278,65 @@ def use_int8_kernel(model: nn.Module, kernel: str) -> int:
     return len(layers)
 
 
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", category=DeprecationWarning)  # torch.ao is deprecated, still shipped
+    from torch.ao.nn.quantized.dynamic import Linear as _DynamicLinear
+
+
+class PackedOnceLinear(_DynamicLinear):
+    """torch's dynamic int8 Linear without the prepack of an empty full-size weight that its
+    constructor makes before `from_float` packs the real one (fbgemm packs at about 60-120 MB/s on
+    one thread: for the 0.5B draft's 494 MB, seconds of every load). The real weight is packed by
+    the same call as before, so the layer computes exactly what torch's own does."""
+
+    def __init__(self, in_features: int, out_features: int, bias_: bool = True, dtype: torch.dtype = torch.qint8) -> None:
+        super().__init__(1, 1, bias_, dtype=dtype)  # a 1x1 placeholder, replaced by set_weight_bias
+        self.in_features, self.out_features = in_features, out_features
+
+    def saved_state(self) -> dict[str, torch.Tensor]:
+        """Its int8 weight with its scales and zero points (per output channel or per tensor) and its
+        bias, as plain tensors: what a checkpoint read with weights_only holds."""
+        weight, bias = self._packed_params._weight_bias()
+        if weight.qscheme() == torch.per_channel_affine:
+            scale, zero = weight.q_per_channel_scales(), weight.q_per_channel_zero_points()
+        else:
+            scale, zero = torch.tensor(weight.q_scale(), dtype=torch.float64), torch.tensor(weight.q_zero_point())
+        return {"weight_q": weight.int_repr(), "weight_scale": scale, "weight_zero": zero,
+                **({"bias": bias} if bias is not None else {})}
+
+    @classmethod
+    def restored(cls, meta: dict, state: dict[str, torch.Tensor]) -> "PackedOnceLinear":
+        layer = cls(meta["in_features"], meta["out_features"], bias_="bias" in state)
+        scale, zero = state["weight_scale"], state["weight_zero"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=UserWarning)  # torch 2.13 notes quantized tensors as deprecated
+            if scale.ndim:
+                weight = torch._make_per_channel_quantized_tensor(state["weight_q"], scale, zero, 0)
+            else:
+                weight = torch._make_per_tensor_quantized_tensor(state["weight_q"], float(scale), int(zero))
+        layer.set_weight_bias(weight, state.get("bias"))
+        return layer
+
+
 LAYER_CLASSES = {c.__name__: c for c in (Int8DynamicLinear, Int8WeightOnlyLinear, Int4WeightOnlyLinear,
-                                         Int6WeightOnlyLinear)}
+                                         Int6WeightOnlyLinear, PackedOnceLinear)}
 
 
-def layer_meta(layer: _QuantLinear) -> dict:
+def layer_meta(layer: nn.Module) -> dict:
     return {"class": type(layer).__name__, "in_features": layer.in_features,
             "out_features": layer.out_features, "group_size": getattr(layer, "group_size", None)}
 
 
-def restore_layer(meta: dict, state: dict[str, torch.Tensor]) -> _QuantLinear:
+def layer_state(layer: nn.Module) -> dict[str, torch.Tensor]:
+    """What a checkpoint keeps of a quantized layer: its buffers, or the state it gives itself."""
+    return layer.saved_state() if isinstance(layer, PackedOnceLinear) else layer.state_dict()
+
+
+def restore_layer(meta: dict, state: dict[str, torch.Tensor]) -> nn.Module:
     """Rebuild a saved quantized layer from its buffers, without the float weight."""
     cls = LAYER_CLASSES[meta["class"]]
+    if cls is PackedOnceLinear:
+        return cls.restored(meta, state)
     layer = cls.__new__(cls)
     nn.Module.__init__(layer)
     layer.in_features, layer.out_features = meta["in_features"], meta["out_features"]

@@ -4,7 +4,6 @@ log-likelihood over fixed, non-overlapping windows (every window scored from its
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from tqdm.auto import tqdm

@@ -15,20 +15,7 @@ from typing import Any
 
 import torch
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", category=DeprecationWarning)  # torch.ao is deprecated, still shipped
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-
-
-class PackedOnceLinear(DynamicLinear):
-    """torch's dynamic int8 Linear without the prepack of an empty full-size weight that its
-    constructor makes before `from_float` packs the real one (fbgemm packs about 60-120 MB/s on one
-    thread: for the 0.5B draft's 494 MB a third of quantizing it, in every worker start). The real
-    weight is packed by the same call as before, so the layer computes exactly the same."""
-
-    def __init__(self, in_features: int, out_features: int, bias_: bool = True, dtype: torch.dtype = torch.qint8) -> None:
-        super().__init__(1, 1, bias_, dtype=dtype)  # a 1x1 placeholder, replaced by from_float's set_weight_bias
-        self.in_features, self.out_features = in_features, out_features
+from quant.layers import PackedOnceLinear
 
 
 def quantize(model: torch.nn.Module, *, per_channel: bool = True, progress: bool = True) -> tuple[torch.nn.Module, int, dict[str, Any]]:

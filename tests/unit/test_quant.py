@@ -115,13 +115,18 @@ def test_per_token_scales_make_a_verified_block_equal_to_one_token_at_a_time():
     assert not torch.equal(ao(x), torch.cat([ao(x[i:i + 1]) for i in range(7)]))
 
 
-def test_the_dynamic_int8_draft_packs_each_weight_once_and_computes_as_torchs_own(monkeypatch):
+def test_the_dynamic_int8_draft_packs_each_weight_once_and_computes_as_torchs_own(monkeypatch, tmp_path):
     """w8af32-tensor builds torch's dynamic int8 layers without first packing an empty full-size
-    weight (fbgemm's prepack is most of quantizing a draft), and they compute what torch's own do."""
+    weight (fbgemm's prepack is most of quantizing a draft), and they compute what torch's own do;
+    with one scale per tensor too, saved and loaded."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     float_model = tiny_model("qwen2", seed=0, hidden=128)
+    with torch.no_grad():  # the q/k/v biases, zero in a fresh model, must survive packing, saving and loading
+        for layer in float_model.modules():
+            if isinstance(layer, torch.nn.Linear) and layer.bias is not None:
+                layer.bias.normal_(0, 0.5, generator=torch.Generator().manual_seed(layer.out_features))
     reference = quantize_dynamic(copy.deepcopy(float_model), {torch.nn.Linear: per_channel_dynamic_qconfig},
                                  dtype=torch.qint8)
     packed: list[int] = []
@@ -147,6 +152,10 @@ def test_the_dynamic_int8_draft_packs_each_weight_once_and_computes_as_torchs_ow
         assert (layer.in_features, layer.out_features) == (theirs[name].in_features, theirs[name].out_features)
         assert repr(layer) == repr(theirs[name])
     assert torch.equal(model(prompt()).logits, reference(prompt()).logits)
+    per_tensor, record = quant.quantize(copy.deepcopy(float_model), "w8af32-tensor", progress=False, per_channel=False)
+    quant.save(per_tensor, record, tmp_path / "q.pt")
+    loaded, _ = quant.load(copy.deepcopy(float_model), tmp_path / "q.pt")
+    assert torch.equal(loaded(prompt()).logits, per_tensor(prompt()).logits)
 
 
 def windows(rows: int = 4, length: int = 32) -> TokenWindows:
@@ -159,7 +168,7 @@ def greedy(model, n: int = 16) -> list[int]:
     return out[0].tolist()
 
 
-@pytest.mark.parametrize("method", ["w8af32", "w8abf16", "w8a8", "w4abf16", "w4abf16-rtn", "w6a16"])
+@pytest.mark.parametrize("method", ["w8af32", "w8af32-tensor", "w8abf16", "w8a8", "w4abf16", "w4abf16-rtn", "w6a16"])
 def test_quantized_model_saves_loads_and_gives_the_same_tokens(method, tmp_path):
     dtype = getattr(torch, quant.base_dtype(method))
     float_model = tiny_model("qwen2", seed=0, hidden=128).to(dtype)
@@ -176,6 +185,7 @@ def test_quantized_model_saves_loads_and_gives_the_same_tokens(method, tmp_path)
     loaded, loaded_record = quant.load(copy.deepcopy(float_model), tmp_path / "q.pt")
     assert loaded_record.cached and loaded_record.settings == json.loads(json.dumps(record.settings))
     assert greedy(loaded) == tokens
+    assert torch.equal(loaded(prompt()).logits, model(prompt()).logits)
     # the float reference decodes something close: the same first tokens at least
     assert greedy(float_model)[:prompt().shape[1] + 1] == tokens[:prompt().shape[1] + 1]
 
