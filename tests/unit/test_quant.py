@@ -115,6 +115,8 @@ def test_per_token_scales_make_a_verified_block_equal_to_one_token_at_a_time():
     assert not torch.equal(ao(x), torch.cat([ao(x[i:i + 1]) for i in range(7)]))
 
 
+@pytest.mark.filterwarnings("ignore:torch.ao.quantization is deprecated:DeprecationWarning")  # torch's own, the reference
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
 def test_the_dynamic_int8_draft_packs_each_weight_once_and_computes_as_torchs_own(monkeypatch, tmp_path):
     """w8af32-tensor builds torch's dynamic int8 layers without first packing an empty full-size
     weight (fbgemm's prepack is most of quantizing a draft), and they compute what torch's own do;
