@@ -275,6 +275,12 @@ def main(argv=None) -> int:
     return 0
 
 
+def worker_pairs(gates: list[dict], restart_every: int) -> int:
+    """How many worker pairs ran these gates' rounds (each gate started one, then one every
+    `restart_every` rounds): the blocks the resampled gates draw from, as `simulate` cuts them."""
+    return sum(-(-g["rounds"] // g.get("restart_every", restart_every)) for g in gates)
+
+
 def time_split(gates: list[dict]) -> tuple[float, float] | None:
     """Where the real gates' minutes went: (seconds a round spends measuring, the slower arm's wall
     time; seconds a worker start or restart takes, both arms loading and warming up), over the gates
@@ -285,14 +291,9 @@ def time_split(gates: list[dict]) -> tuple[float, float] | None:
     rounds = sum(g["rounds"] for g in kept)
     measuring = sum(max(b, c) for g in kept for b, c in zip(g["wall_s"]["base"], g["wall_s"]["candidate"]))
     per_round = measuring / rounds
-    starts = sum(-(-g["rounds"] // g.get("restart_every", ABSettings().restart_every)) for g in kept)
+    starts = worker_pairs(kept, ABSettings().restart_every)
     loading = sum(g["minutes"] * 60 for g in kept) - measuring - per_round * sum(g.get("redone", 0) for g in kept)
     return per_round, loading / starts
-
-
-def worker_pairs(aa: list[dict], restart_every: int) -> int:
-    """How many worker pairs' blocks of rounds the resampled gates draw from (as `simulate` cuts them)."""
-    return sum(-(-g["rounds"] // g.get("restart_every", restart_every)) for g in aa)
 
 
 def report(done: list[dict], aa: list[dict], levels: list[tuple[str, float]], combo: Combination,

@@ -109,9 +109,9 @@ def save(model: Any, record: QuantRecord, path: Path) -> None:
     atomically (temporary, fsync, rename)."""
     import torch
 
-    from quant.layers import LAYER_CLASSES, layer_meta, layer_state
+    from quant.layers import LAYER_CLASSES, layer_meta
 
-    layers = {name: {"meta": layer_meta(m), "state": layer_state(m)}
+    layers = {name: {"meta": layer_meta(m), "state": m.saved_state()}
               for name, m in model.named_modules() if type(m).__name__ in LAYER_CLASSES}
     vectors = {name: p.detach().clone() for name, p in model.named_parameters()
                if p.ndim == 1 and p.is_floating_point() and name.rpartition(".")[0] not in layers}

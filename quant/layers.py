@@ -152,6 +152,24 @@ class _QuantLinear(nn.Module):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"input_scale={self.input_scale is not None}")
 
+    def saved_state(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint keeps of the layer: its buffers."""
+        return self.state_dict()
+
+    @classmethod
+    def restored(cls, meta: dict, state: dict[str, torch.Tensor]) -> "_QuantLinear":
+        """The layer rebuilt from its saved buffers, without the float weight."""
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer.in_features, layer.out_features = meta["in_features"], meta["out_features"]
+        if meta.get("group_size") is not None:
+            layer.group_size = meta["group_size"]
+        for key in ("bias", "input_scale"):
+            layer.register_buffer(key, None)
+        for key, value in state.items():
+            layer.register_buffer(key, value)
+        return layer
+
 
 class Int8DynamicLinear(_QuantLinear):
     """w8a8 compute: each token's activations get their own int8 scale, so a block of K+1
@@ -293,7 +311,7 @@ class PackedOnceLinear(_DynamicLinear):
         super().__init__(1, 1, bias_, dtype=dtype)  # a 1x1 placeholder, replaced by set_weight_bias
         self.in_features, self.out_features = in_features, out_features
 
-    def saved_state(self) -> dict[str, torch.Tensor]:
+    def saved_state(self) -> dict[str, torch.Tensor]:  # as _QuantLinear's: the weight is not a buffer here
         """Its int8 weight with its scales and zero points (per output channel or per tensor) and its
         bias, as plain tensors: what a checkpoint read with weights_only holds."""
         weight, bias = self._packed_params._weight_bias()
@@ -327,23 +345,6 @@ def layer_meta(layer: nn.Module) -> dict:
             "out_features": layer.out_features, "group_size": getattr(layer, "group_size", None)}
 
 
-def layer_state(layer: nn.Module) -> dict[str, torch.Tensor]:
-    """What a checkpoint keeps of a quantized layer: its buffers, or the state it gives itself."""
-    return layer.saved_state() if isinstance(layer, PackedOnceLinear) else layer.state_dict()
-
-
 def restore_layer(meta: dict, state: dict[str, torch.Tensor]) -> nn.Module:
-    """Rebuild a saved quantized layer from its buffers, without the float weight."""
-    cls = LAYER_CLASSES[meta["class"]]
-    if cls is PackedOnceLinear:
-        return cls.restored(meta, state)
-    layer = cls.__new__(cls)
-    nn.Module.__init__(layer)
-    layer.in_features, layer.out_features = meta["in_features"], meta["out_features"]
-    if meta.get("group_size") is not None:
-        layer.group_size = meta["group_size"]
-    for key in ("bias", "input_scale"):
-        layer.register_buffer(key, None)
-    for key, value in state.items():
-        layer.register_buffer(key, value)
-    return layer
+    """Rebuild a saved quantized layer (`saved_state` wrote `state`), without the float weight."""
+    return LAYER_CLASSES[meta["class"]].restored(meta, state)
