@@ -103,10 +103,11 @@ def quantize(model: Any, name: str, *, progress: bool = True, **settings: Any) -
 PARTIAL_PREFIX = ".partial-"
 
 
-def save(model: Any, record: QuantRecord, path: Path) -> None:
+def save(model: Any, record: QuantRecord, path: Path, *, source: str | None = None) -> None:
     """Write the converted layers, the float vectors outside them (norm weights, biases: a method
     may fold scales into them, as AWQ does; a few hundred KB) and the record to one file,
-    atomically (temporary, fsync, rename)."""
+    atomically (temporary, fsync, rename). `source`: the model folder it was made from, kept so
+    that a cache can tell a checkpoint whose model is gone (quant/cache.py `source_gone`)."""
     import torch
 
     from quant.layers import LAYER_CLASSES, layer_meta
@@ -119,7 +120,8 @@ def save(model: Any, record: QuantRecord, path: Path) -> None:
     tmp = path.with_name(f"{PARTIAL_PREFIX}{os.getpid()}-{path.name}")
     try:
         with open(tmp, "wb") as fh:
-            torch.save({"format": SAVE_FORMAT, "record": record.as_dict(), "layers": layers, "vectors": vectors}, fh)
+            doc = {"format": SAVE_FORMAT, "record": record.as_dict(), "layers": layers, "vectors": vectors}
+            torch.save({**doc, "source": source} if source else doc, fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -1,13 +1,17 @@
-"""What the caches of built things keep: the base revisions' worktrees and the overlay environments.
+"""What the caches of built things keep: the base revisions' worktrees, the overlay environments
+and the quantized checkpoints.
 
-Both are made once and reused (harness/perf/ab/revision.py, harness/perf/ab/environment.py), and
-each clean clone or base revision adds one (about 6 MB a worktree, 125 MB an environment). An
-entry goes when it can no longer be used, or has not been used for UNUSED_DAYS:
+Each is made once and reused (harness/perf/ab/revision.py, harness/perf/ab/environment.py,
+quant/cache.py), and each clean clone or base revision adds a worktree (about 6 MB), each base
+environment an environment (125 MB), each model folder, method and torch version a checkpoint
+(0.1-1.5 GB). An entry goes when it can no longer be used, or has not been used for UNUSED_DAYS:
 - an orphan: what it stands on is gone (a worktree whose repository was deleted, as every CI clone
-  is; an environment whose parent Python was deleted);
-- unused: its folder's modification time is its last use (`mark_used` at every reuse).
+  is; an environment whose parent Python was deleted; a checkpoint whose model folder was deleted,
+  as every test's temporary model is);
+- unused: its modification time is its last use (`mark_used` at every reuse).
 The entry being used now is never removed, and a caller removes an entry only where nobody else
-can be using it (its lock, taken without waiting).
+can be using it (its lock, taken without waiting; a checkpoint needs none: a reader that has it
+open keeps reading it, and one that finds it gone quantizes again).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from harness.core import locks, progress as progress_bars
+from harness.core import cacheprune, locks, progress as progress_bars
 from harness.core.cachedir import cache_root
 from harness.core.errors import (
     BadInputError,
@@ -444,6 +444,8 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: i
                                             variant=head, **settings)
         except quant.QuantSettingsError as exc:
             raise QuantizationError(f"model {spec.name!r} at precision {precision}: {exc}") from None
+        if not record.cached:  # the cache grew: drop what nobody can or does use
+            prune_quantized(cache_root() / "quantized")
         from harness.machine.kernels import use_int8_kernel
 
         if device == "cpu" and (kernel := use_int8_kernel(model)):
@@ -453,6 +455,19 @@ def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: i
     log.info("loaded %s (%s) in %.1f s", spec.name, precision, time.perf_counter() - start)
     return LoadedModel(spec.name, precision, device, model, tokenizer, path, time.perf_counter() - start,
                        record.as_dict() if record else None, head, attention_of(model))
+
+
+def prune_quantized(folder: Path) -> list[Path]:
+    """Remove the quantized checkpoints in `folder` whose model folder is gone or that were not used
+    for cacheprune.UNUSED_DAYS (harness/core/cacheprune.py)."""
+    from quant.cache import entries, source_gone
+
+    def remove(path: Path) -> bool:
+        path.unlink(missing_ok=True)
+        return True
+
+    return cacheprune.prune(entries(folder), keep=None, orphan=source_gone, remove=remove,
+                            what="quantized checkpoint")
 
 
 def _set_attention(model: Any, name: str, attention: str) -> None:

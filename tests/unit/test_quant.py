@@ -20,7 +20,7 @@ from quant import awq, layers
 from quant.calibration import TokenWindows, corpus_text
 from quant.layers import QuantSettingsError
 from quant.walk import linear_layers
-from tiny_models import VOCAB, prompt, tiny_model
+from tiny_models import VOCAB, prompt, tiny_model, word_tokenizer
 
 K, N = 256, 384
 
@@ -302,6 +302,38 @@ def test_the_cache_quantizes_once_per_model_method_and_settings(tmp_path):
         f.write_bytes(b"garbage")
     _, rec3 = cached_quantize(fresh(), "w4abf16-rtn", model_dir, cache, progress=False)
     assert not rec3.cached
+
+
+def test_the_cache_drops_checkpoints_whose_model_is_gone_or_that_nobody_used_for_weeks(tmp_path, monkeypatch):
+    import shutil
+
+    from harness.workload import models
+    from quant.cache import cached_quantize
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    cache = tmp_path / "cache" / "quantized"
+    dirs = {name: tmp_path / name for name in ("kept", "deleted", "idle")}
+    for seed, folder in enumerate(dirs.values()):
+        tiny_model("qwen2", seed=seed, hidden=128).save_pretrained(folder)
+        cached_quantize(tiny_model("qwen2", seed=seed, hidden=128), "w8af32", folder, cache, progress=False)
+    made = {name: next(cache.glob(f"{name}-*.pt")) for name in dirs}
+    weeks_ago = made["kept"].stat().st_mtime - 20 * 86400
+    for path in (made["kept"], made["idle"]):
+        os.utime(path, (weeks_ago, weeks_ago))
+    # a use refreshes the last use: the kept model is loaded from its checkpoint, the idle one is not
+    _, record = cached_quantize(tiny_model("qwen2", seed=0, hidden=128), "w8af32", dirs["kept"], cache, progress=False)
+    assert record.cached and made["kept"].stat().st_mtime > weeks_ago
+    shutil.rmtree(dirs["deleted"])
+    saving = cache / f"{quant.PARTIAL_PREFIX}{os.getpid()}-saving.pt"  # another process's save in progress
+    saving.write_bytes(b"half")
+    os.utime(saving, (weeks_ago, weeks_ago))
+
+    # a load that quantizes (the cache grew) prunes; the checkpoint it made stays
+    tiny_model("qwen2", seed=5, hidden=128).save_pretrained(tmp_path / "new")
+    word_tokenizer().save_pretrained(tmp_path / "new")
+    loaded = models.load(models.resolve_spec(registry.load_matrix(), str(tmp_path / "new")), "w8af32")
+    assert not loaded.quant_record["cached"]
+    assert sorted(p.name.split("-")[0] for p in cache.iterdir()) == [".partial", "kept", "new"]
 
 
 # ---------------------------------------------------------------------------------------------
