@@ -120,8 +120,8 @@ def save(model: Any, record: QuantRecord, path: Path, *, source: str | None = No
     tmp = path.with_name(f"{PARTIAL_PREFIX}{os.getpid()}-{path.name}")
     try:
         with open(tmp, "wb") as fh:
-            doc = {"format": SAVE_FORMAT, "record": record.as_dict(), "layers": layers, "vectors": vectors}
-            torch.save({**doc, "source": source} if source else doc, fh)
+            torch.save({"format": SAVE_FORMAT, "record": record.as_dict(), "layers": layers, "vectors": vectors,
+                        "source": source}, fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
