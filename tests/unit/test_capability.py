@@ -75,7 +75,7 @@ def test_each_class_gets_its_own_choice_for_the_default_pair():
 
 def test_chosen_perf_combinations_follow_the_class():
     ids = {c: {x.id for x in combinations(registry.load_matrix(MATRIX, cpu_class=c))} for c in ("amx", "avx2")}
-    assert "qwen-coder-1.5b+0.5b:bf16+w8af32-tensor:cpu:greedy:k6" in ids["amx"]
+    assert "qwen-coder-1.5b+0.5b:bf16+w8af32-tensor:cpu:greedy:k16:fused:c0.6" in ids["amx"]
     assert any(i.startswith("qwen-coder-1.5b+0.5b:w8af32+w8af32-tensor:cpu:greedy") for i in ids["avx2"])
 
 
