@@ -56,28 +56,34 @@ def _dynamic_int8(module: nn.Module) -> bool:
     return packed is not None and getattr(packed, "dtype", None) == torch.qint8
 
 
-class _PackedInt8(nn.Module):
-    """Several dynamically quantized int8 layers with per-channel weight scales as one: their int8
-    rows, scales and biases concatenated and packed for fbgemm once."""
+class _Int8Op(nn.Module):
+    """torch's dynamic int8 GEMM on packed weights (fbgemm on x86): what torch.ao's dynamic Linear
+    calls, without its checks."""
 
-    def __init__(self, layers: list[nn.Module]) -> None:
+    def __init__(self, packed: Any) -> None:
         super().__init__()
-        rows, scales, zeros, biases = [], [], [], []
-        for layer in layers:
-            weight, bias = layer._packed_params._weight_bias()
-            rows.append(weight.int_repr())
-            scales.append(weight.q_per_channel_scales())
-            zeros.append(weight.q_per_channel_zero_points())
-            biases.append(bias if bias is not None else torch.zeros(weight.shape[0]))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", category=UserWarning)  # torch 2.13 notes quantized tensors as deprecated
-            weight = torch._make_per_channel_quantized_tensor(torch.cat(rows), torch.cat(scales), torch.cat(zeros), 0)
-            self._packed = torch.ops.quantized.linear_prepack(weight, torch.cat(biases).float())
+        self._packed = packed
         # what torch.ao's dynamic Linear passes (reduce_range: fbgemm's 7-bit activations on x86)
         self._reduce_range = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic(x, self._packed, reduce_range=self._reduce_range)
+
+
+def _packed_int8(layers: list[nn.Module]) -> _Int8Op:
+    """Several dynamically quantized int8 layers with per-channel weight scales as one: their int8
+    rows, scales and biases concatenated and packed for fbgemm once."""
+    rows, scales, zeros, biases = [], [], [], []
+    for layer in layers:
+        weight, bias = layer._packed_params._weight_bias()
+        rows.append(weight.int_repr())
+        scales.append(weight.q_per_channel_scales())
+        zeros.append(weight.q_per_channel_zero_points())
+        biases.append(bias if bias is not None else torch.zeros(weight.shape[0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=UserWarning)  # torch 2.13 notes quantized tensors as deprecated
+        weight = torch._make_per_channel_quantized_tensor(torch.cat(rows), torch.cat(scales), torch.cat(zeros), 0)
+        return _Int8Op(torch.ops.quantized.linear_prepack(weight, torch.cat(biases).float()))
 
 
 class _Concatenated(nn.Module):
@@ -105,26 +111,13 @@ def fuse(layers: list[nn.Module]) -> nn.Module:
         return fused.eval()
     if all(_dynamic_int8(layer) for layer in layers) and all(
             layer._packed_params._weight_bias()[0].qscheme() == torch.per_channel_affine for layer in layers):
-        return _PackedInt8(layers)
+        return _packed_int8(layers)
     return _Concatenated(layers)
-
-
-class _DynamicInt8(nn.Module):
-    """One dynamically quantized int8 layer, its op called directly on the layer's own packed weights
-    (what the layer's forward calls, without its checks)."""
-
-    def __init__(self, layer: nn.Module) -> None:
-        super().__init__()
-        self._packed = layer._packed_params._packed_params
-        self._reduce_range = True  # as _PackedInt8
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized.linear_dynamic(x, self._packed, reduce_range=self._reduce_range)
 
 
 def direct(layer: nn.Module) -> nn.Module:
     """The layer, or for a dynamically quantized int8 one, its op without the layer's checks."""
-    return _DynamicInt8(layer) if _dynamic_int8(layer) else layer
+    return _Int8Op(layer._packed_params._packed_params) if _dynamic_int8(layer) else layer
 
 
 class _RMSNorm(nn.Module):
@@ -147,7 +140,7 @@ def rms_norm(norm: nn.Module) -> nn.Module:
 
 
 class _Layer(nn.Module):
-    def __init__(self, layer: nn.Module) -> None:
+    def __init__(self, layer: nn.Module, hidden_act: str | None) -> None:
         super().__init__()
         attn, mlp = layer.self_attn, layer.mlp
         self.norm_in, self.norm_post = rms_norm(layer.input_layernorm), rms_norm(layer.post_attention_layernorm)
@@ -157,7 +150,7 @@ class _Layer(nn.Module):
         self.scaling = attn.scaling
         self.gate_up = fuse([mlp.gate_proj, mlp.up_proj])
         self.down = direct(mlp.down_proj)
-        self.act = F.silu if isinstance(mlp.act_fn, nn.SiLU) else mlp.act_fn
+        self.act = F.silu if hidden_act == "silu" else mlp.act_fn  # transformers' "silu" is F.silu
 
 
 class FusedDraft(nn.Module):
@@ -176,7 +169,7 @@ class FusedDraft(nn.Module):
         inner = model.model
         self.embed, self.norm, self.head = inner.embed_tokens, rms_norm(inner.norm), direct(model.get_output_embeddings())
         self.rotary = inner.rotary_emb
-        self.layers = nn.ModuleList(_Layer(layer) for layer in inner.layers)
+        self.layers = nn.ModuleList(_Layer(layer, getattr(config, "hidden_act", None)) for layer in inner.layers)
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = self.layers[0].head_dim

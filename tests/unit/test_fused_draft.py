@@ -76,7 +76,7 @@ def test_packed_int8_layers_compute_exactly_what_the_separate_ones_do():
     attn = model.model.layers[0].self_attn
     parts = [attn.q_proj, attn.k_proj, attn.v_proj]
     packed = fuse(parts)
-    assert type(packed).__name__ == "_PackedInt8"  # packed together, not called one by one
+    assert type(packed).__name__ == "_Int8Op"  # packed together, not called one by one
     x = torch.randn(3, 64)
     assert torch.equal(packed(x), torch.cat([p(x) for p in parts], dim=-1))
 
