@@ -32,7 +32,7 @@ SMOKE_PAIR  ?= smollm2-135m+self
 BENCH_ARGS  ?=
 K_SWEEP     ?= 2-8
 
-.PHONY: setup bench doctor bench-smoke sweep test unit fetch perf perf-ab perf-all perf-update gate-power gate-power-ab gate-power-ab-noisy noisy-host clean-venv \
+.PHONY: setup bench doctor bench-smoke sweep test unit fetch perf perf-ab perf-all perf-update gate-power gate-power-ab gate-power-ab-noisy gate-power-table noisy-host clean-venv \
         accuracy accuracy-all humaneval-full sandbox-tools postgres-tools history-report sandbox-selftest quant-table
 
 setup: $(VENV)/.installed
@@ -100,6 +100,11 @@ gate-power-ab: fetch
 	$(PY) -m pytest tests/unit -m planted -q -p no:cacheprovider
 	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS) --levels $(AB_POWER_LEVELS)
 	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS) --levels 0,0.05 --tolerance 0.05
+
+# docs/perf-gate.md's gate-power table made again from every kept gate (benchmarks/data/ab_power_*.jsonl),
+# resampling the A/A rows whose rounds changed (minutes); a unit test checks the doc holds it.
+gate-power-table: setup
+	$(PY) benchmarks/gate_power_table.py --resample --write
 
 # A reproducible noisy neighbour (benchmarks/noisy_host.py): bursts of CPU and memory-bandwidth load
 # on every core, for CMD if given (e.g. make noisy-host CMD="make perf-ab"), else until Ctrl-C.

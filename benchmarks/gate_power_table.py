@@ -1,0 +1,337 @@
+"""The A/B gate's power in one table, made from every kept gate (benchmarks/data/ab_power_*.jsonl).
+
+A row is one CPU class, combination, host condition, tolerance and planted level of one data file:
+its real gates' outcomes, the rounds at which they decided, their minutes, and whether the targets of
+issues 25 and 27 are met (on the combination each class's merge gate runs today; rows of older
+combinations are kept as what was measured, with no target). A/A rows add the rates of gates resampled
+from the file's A/A rounds (benchmarks/ab_power.py's resampling), kept in
+benchmarks/data/ab_power_resampled.json because they take minutes; a row whose rounds changed since
+says so until --resample runs. docs/perf-gate.md holds the table between its markers; a unit test
+checks that it is the one these files make, so a figure there has one home: the data.
+
+    python benchmarks/gate_power_table.py                       # print the table
+    python benchmarks/gate_power_table.py --resample --write    # resample what changed, write the doc
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import random
+import statistics
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import ab_power
+from harness.core.jsonio import atomic_write_text
+from harness.machine import capability
+from harness.perf import combinations
+from harness.perf.ab.gate import ABSettings
+from harness.perf.combinations import PerfSettings
+from harness.perf.plant import PHASE_OF
+from harness.perf.record import GATED_PHASES, METRICS
+from harness.workload import registry
+
+log = logging.getLogger("gate_power_table")
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "benchmarks" / "data"
+DOC = REPO / "docs" / "perf-gate.md"
+RESAMPLED = DATA / "ab_power_resampled.json"
+BEGIN = "<!-- gate-power-table: made by python benchmarks/gate_power_table.py --write from benchmarks/data; edit the data, not this table -->"
+END = "<!-- /gate-power-table -->"
+TRIALS = 2000
+SEED = 20261123
+CONDITIONS = ("quiet", "noisy")  # host conditions the targets speak of; other labels are kept as measured
+NOISY = "python benchmarks/noisy_host.py --duty 0.3 --burst-ms 200 -- "  # make noisy-host's neighbour
+# The targets (issues 25 and 27): gates a level, gates that must catch (or, A/A, none may), minutes a gate.
+GATES, CAUGHT, ENV_GATES, ENV_CAUGHT = 20, 19, 10, 9
+MINUTES, MINUTES_AT_5 = 5.0, 10.0
+
+Level = tuple[str, float]  # (where the slowdown is planted, fraction): ab_power.parse_level's
+
+
+@dataclass(frozen=True)
+class Group:
+    """The gates one ab_power.py command adds to: same file, class, host condition, arms' mode,
+    combination, tolerance and looks."""
+    file: str
+    cpu_class: str
+    condition: str
+    mode: str
+    combination: str
+    tolerance: float
+    looks: tuple[int, int, int]  # first look, rounds between looks, cap
+
+    @property
+    def pair(self) -> str:
+        return self.combination.split(":", 1)[0]
+
+    @property
+    def key(self) -> str:
+        """The resampled rates' key: the A/A pool (any tolerance, any looks) and the tolerance."""
+        return f"{self.file}|{self.cpu_class}|{self.condition}|{self.mode}|{self.combination}|{self.tolerance:g}"
+
+
+def load_rows(files: Iterable[Path]) -> list[tuple[str, dict]]:
+    """Every kept gate, with the name of its file; a line that is not JSON names the file and line."""
+    rows = []
+    for path in files:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                rows.append((path.name, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise SystemExit(f"{path}:{number}: not a gate row ({exc.msg}); restore the file from git") from None
+    return rows
+
+
+def group_of(file: str, row: dict, default_looks: tuple[int, int, int]) -> Group:
+    looks = row.get("looks") or {}
+    return Group(file, row.get("cpu_class", "?"), row.get("condition", "quiet"), row.get("mode", "interleaved"),
+                 row["combination"], row.get("tolerance") or ABSettings().tolerance,
+                 (looks.get("rounds", default_looks[0]), looks.get("batch", default_looks[1]),
+                  looks.get("max_rounds", default_looks[2])))
+
+
+def grouped(rows: list[tuple[str, dict]], default_looks: tuple[int, int, int]) -> dict[Group, dict[Level, list[dict]]]:
+    out: dict[Group, dict[Level, list[dict]]] = {}
+    for file, row in rows:
+        out.setdefault(group_of(file, row, default_looks), {}).setdefault(ab_power.level_of(row), []).append(row)
+    return out
+
+
+def aa_pool(rows: list[tuple[str, dict]], group: Group, default_looks: tuple[int, int, int]) -> list[dict]:
+    """The A/A gates whose rounds the group's resampled gates draw from, as ab_power.py pools them:
+    same file, class, condition, mode and combination, at any tolerance and looks."""
+    return [row for file, row in rows if ab_power.level_of(row) == ("target", 0.0)
+            and dataclasses.replace(group_of(file, row, default_looks), tolerance=group.tolerance,
+                                    looks=group.looks) == group]
+
+
+def todays_combinations(pairs: Iterable[str]) -> dict[tuple[str, str], str]:
+    """(CPU class, pair) -> the combination id the class's merge gate runs today (harness/matrix.toml)."""
+    out = {}
+    for cpu_class in capability.CLASSES:
+        matrix = registry.load_matrix(cpu_class=cpu_class)
+        settings = PerfSettings.from_matrix(matrix)
+        for pair in pairs:
+            out[cpu_class, pair] = combinations.of_pair(matrix, pair, settings, given_by="benchmarks/gate_power_table.py").id
+    return out
+
+
+def level_name(level: Level) -> str:
+    into, fraction = level
+    if into == ab_power.ENV:
+        return "two environments, unchanged" if not fraction else f"env: decoder layers {100 * fraction:.3g}% slower"
+    if not fraction:
+        return "A/A"
+    return ab_power.label(level) + (" (plain untouched)" if into == "draft" else "")
+
+
+def level_arg(level: Level) -> str:
+    """The level as ab_power.py's --levels takes it."""
+    into, fraction = level
+    return f"{fraction:g}" if into == "target" else f"{into}:{fraction:g}"
+
+
+def level_order(level: Level) -> tuple:
+    into, fraction = level
+    places = ("target", "draft", "verify", "glue", ab_power.ENV)
+    return (into != "target" or fraction > 0, places.index(into) if into in places else len(places), -fraction)
+
+
+def caught(row: dict, level: Level) -> bool:
+    """A planted level's gate called a regression, naming the planted phase where the slowdown is one
+    phase of an assisted step (issue 27: the message points at the code)."""
+    if row["outcome"] != "regression":
+        return False
+    phase = names_phase(level)
+    return phase is None or phase not in row.get("verdicts", {}) or row["verdicts"][phase] == "regression"
+
+
+def names_phase(level: Level) -> str | None:
+    """The phase a gate of this level should name: the one slowed where a plant slows one phase of an
+    assisted step (rows from before per-phase costs record no phase verdicts and are judged without)."""
+    into, fraction = level
+    return PHASE_OF[into] if fraction and into in ("draft", "verify", "glue") else None
+
+
+def outcomes(gates: list[dict], level: Level) -> str:
+    counts = {o: sum(g["outcome"] == o for g in gates) for o in ("regression", "pass", "undecided")}
+    text = ", ".join(f"{n} {o.upper()}" for o, n in counts.items() if n)
+    phase = names_phase(level)
+    recorded = [g for g in gates if g["outcome"] == "regression" and phase in g.get("verdicts", {})]
+    if phase and recorded:
+        text += f" ({sum(g['verdicts'][phase] == 'regression' for g in recorded)} naming `{phase}`)"
+    return text
+
+
+def decided_at(gates: list[dict]) -> str:
+    """'8 x18, 16 x2': how many gates decided at each look."""
+    by = sorted({g["rounds"] for g in gates})
+    return ", ".join(f"{r} x{sum(g['rounds'] == r for g in gates)}" for r in by)
+
+
+def minutes(gates: list[dict]) -> str:
+    m = [g["minutes"] for g in gates]
+    return f"{m[0]:.1f}" if len(m) == 1 else f"{statistics.fmean(m):.1f} ({min(m):.1f}-{max(m):.1f})"
+
+
+def target(group: Group, level: Level, gates: list[dict]) -> str:
+    """Where the row stands against the issues' targets: 'met', 'N of 20 so far' or what missed."""
+    into, fraction = level
+    env = into == ab_power.ENV
+    need, must = (ENV_GATES, ENV_CAUGHT) if env else (GATES, CAUGHT)
+    n = len(gates)
+    if not fraction:  # unchanged: no gate may call a regression
+        bad = sum(g["outcome"] == "regression" for g in gates)
+        missed = [f"{bad} false alarm{'s' * (bad != 1)}"] if bad else []
+    else:
+        hits = sum(caught(g, level) for g in gates)
+        missed = [f"{hits} of {n} caught"] if n - hits > need - must else []
+    limit = None if env else (MINUTES if group.tolerance > 0.05 else (MINUTES_AT_5 if fraction else None))
+    mean = statistics.fmean(g["minutes"] for g in gates)
+    if limit is not None and n >= need and mean > limit:
+        missed.append(f"{mean:.1f} min a gate (target {limit:g})")
+    if missed:
+        return "missed: " + "; ".join(missed)
+    return "met" if n >= need else f"{n} of {need} so far"
+
+
+def resampled_cell(group: Group, pool: list[dict], kept: dict) -> str:
+    entry = kept.get(group.key)
+    rounds = sum(g["rounds"] for g in pool)
+    if not entry or entry["aa_rounds"] != rounds:
+        return "not resampled since its rounds changed (--resample)"
+    rough = " rough:" if entry["pairs"] < ab_power.MIN_PAIRS else ""
+    return (f"{entry['regression']:.1%}, {entry['undecided']:.1%}, {entry['rounds']:.1f} "
+            f"({entry['trials']} gates;{rough} {rounds} A/A rounds, {entry['pairs']} worker pairs)")
+
+
+def resample(group: Group, pool: list[dict], trials: int) -> dict:
+    """A/A gates replayed through the gate's own code on the pool's rounds, drawn by worker pair
+    (ab_power.simulate), at the group's tolerance and looks."""
+    matrix = registry.load_matrix(cpu_class=group.cpu_class if group.cpu_class in capability.CLASSES else None)
+    first, batch, cap = group.looks
+    settings = dataclasses.replace(PerfSettings.from_matrix(matrix), rounds=first, batch=batch, max_rounds=cap)
+    combo = combinations.of_pair(matrix, group.pair, settings, given_by="benchmarks/gate_power_table.py")
+    ab = ABSettings(tolerance=group.tolerance)
+    unchanged = {m: 1.0 for m in (*METRICS, *GATED_PHASES)}
+    rates = ab_power.simulate(pool, unchanged, combo, settings, ab, trials, random.Random(SEED))
+    return {"aa_rounds": sum(g["rounds"] for g in pool), "pairs": ab_power.worker_pairs(pool, ab.restart_every),
+            "trials": trials, **{k: round(v, 6) for k, v in rates.items()}}
+
+
+def command(group: Group, levels: list[Level], default_looks: tuple[int, int, int]) -> str:
+    flags = [f"--pair {group.pair}", f"--duet {'on' if group.mode == 'duet' else 'off'}",
+             f"--levels {','.join(level_arg(level) for level in levels)}"]
+    if group.tolerance != ABSettings().tolerance:
+        flags.append(f"--tolerance {group.tolerance:g}")
+    if group.looks[1] != default_looks[1]:
+        flags.append(f"--batch {group.looks[1]}")
+    if group.looks[2] != default_looks[2]:
+        flags.append(f"--max-rounds {group.looks[2]}")
+    flags += [f"--gates {ENV_GATES if any(lv[0] == ab_power.ENV for lv in levels) else GATES}",
+              f"--out benchmarks/data/{group.file}"]
+    return (NOISY if group.condition == "noisy" else "") + "python benchmarks/ab_power.py " + " ".join(flags)
+
+
+def render(rows: list[tuple[str, dict]], kept: dict, default_looks: tuple[int, int, int]) -> str:
+    """The markdown between the doc's markers: the table, then the command each current row resumes with."""
+    groups = grouped(rows, default_looks)
+    today = todays_combinations({g.pair for g in groups})
+    current = {g for g in groups if today.get((g.cpu_class, g.pair)) == g.combination}
+    classes = list(capability.CLASSES)
+
+    def order(g: Group) -> tuple:
+        return (classes.index(g.cpu_class) if g.cpu_class in classes else len(classes), g not in current,
+                g.combination, CONDITIONS.index(g.condition) if g.condition in CONDITIONS else len(CONDITIONS),
+                g.condition, -g.tolerance, g.looks != default_looks, g.file)
+
+    lines = ["| class | combination | condition | tolerance | level | gates | outcomes | decided at round (gates) "
+             "| minutes a gate: mean (range) | target | resampled A/A: regression, UNDECIDED, rounds | data |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    commands = []
+    for group in sorted(groups, key=order):
+        levels = sorted(groups[group], key=level_order)
+        judged = group in current and group.condition in CONDITIONS and group.looks == default_looks
+        combo = group.combination.split(":", 1)[1].replace(":cpu:", ":") + (" (today's)" if group in current else "")
+        looks = "" if group.looks == default_looks else f", looks {group.looks[0]}+{group.looks[1]} to {group.looks[2]}"
+        for level in levels:
+            gates = groups[group][level]
+            aa = level == ("target", 0.0)
+            cell = resampled_cell(group, aa_pool(rows, group, default_looks), kept) if aa else ""
+            lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
+                         f"| {level_name(level)} | {len(gates)} | {outcomes(gates, level)} | {decided_at(gates)} "
+                         f"| {minutes(gates)} | {target(group, level, gates) if judged else '-'} | {cell} | {short(group.file)} |")
+        if judged:
+            commands.append(f"    {command(group, levels, default_looks)}")
+    return "\n".join([*lines, "", "The rows with a target, each resumed (20 gates a level; `--gates 0 --trials 2000` "
+                      "prints the rates again):", "", *commands])
+
+
+def short(file: str) -> str:
+    """ab_power_amx_duet_quiet.jsonl -> amx_duet_quiet (the table's data column)."""
+    return file.removeprefix("ab_power_").removesuffix(".jsonl")
+
+
+def replace_between_markers(text: str, table: str, where: Path) -> str:
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{where}: the markers {BEGIN!r} and {END!r} are missing or out of order; put them back "
+                         "where the gate-power table goes")
+    return text[:start + len(BEGIN)] + "\n" + table + "\n" + text[end:]
+
+
+def default_looks() -> tuple[int, int, int]:
+    settings = PerfSettings.from_matrix(registry.load_matrix())
+    return settings.rounds, settings.batch, settings.max_rounds
+
+
+def load_resampled(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"{path}: not JSON ({exc.msg}); restore it from git or make it again with --resample") from None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--resample", action="store_true", help=f"resample the A/A rows whose rounds changed ({TRIALS} gates "
+                   "each, minutes) and keep the rates in " + str(RESAMPLED.relative_to(REPO)))
+    p.add_argument("--trials", type=int, default=TRIALS, help="resampled gates a row (with --resample)")
+    p.add_argument("--write", action="store_true", help=f"write the table into {DOC.relative_to(REPO)} between its markers")
+    args = p.parse_args(argv)
+    if args.trials < 1:
+        p.error(f"--trials {args.trials}: at least 1")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    looks = default_looks()
+    rows = load_rows(sorted(DATA.glob("ab_power_*.jsonl")))
+    kept = load_resampled(RESAMPLED)
+    if args.resample:
+        groups = grouped(rows, looks)
+        todo = [g for g, levels in groups.items() if ("target", 0.0) in levels]
+        for i, group in enumerate(todo, 1):
+            pool = aa_pool(rows, group, looks)
+            if kept.get(group.key, {}).get("aa_rounds") == sum(g["rounds"] for g in pool):
+                continue
+            log.info("[%d/%d] resampling %s (%d A/A gates)", i, len(todo), group.key, len(pool))
+            kept[group.key] = resample(group, pool, args.trials)
+            atomic_write_text(RESAMPLED, json.dumps(kept, indent=1, sort_keys=True) + "\n")  # each row kept as done
+    table = render(rows, kept, looks)
+    if args.write:
+        atomic_write_text(DOC, replace_between_markers(DOC.read_text(encoding="utf-8"), table, DOC))
+        log.info("wrote the table into %s", DOC.relative_to(REPO))
+    else:
+        print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""benchmarks/gate_power_table.py: docs/perf-gate.md's gate-power table is the one the kept gates
+make, and each row is judged against the issues' targets as they are written."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench_scripts import script_module
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    with script_module("ab_power"), script_module("gate_power_table") as module:  # it imports ab_power
+        yield module
+
+
+def gate(outcome: str = "pass", minutes: float = 3.0, rounds: int = 8, into: str = "target", level: float = 0.0,
+         verdicts: dict | None = None) -> dict:
+    return {"combination": "p+d:bf16:cpu:greedy:k6", "outcome": outcome, "minutes": minutes, "rounds": rounds,
+            "into": into, "level": level, "verdicts": verdicts or {}}
+
+
+def group(gpt, tolerance: float = 0.10):
+    return gpt.Group("ab_power_x.jsonl", "amx", "quiet", "duet", "p+d:bf16:cpu:greedy:k6", tolerance, (8, 8, 32))
+
+
+def test_the_doc_holds_the_table_the_data_make(gpt):
+    doc = gpt.DOC.read_text(encoding="utf-8")
+    assert gpt.BEGIN in doc and gpt.END in doc, f"{gpt.DOC}: the gate-power table's markers are gone"
+    written = doc[doc.index(gpt.BEGIN) + len(gpt.BEGIN):doc.index(gpt.END)].strip("\n")
+    made = gpt.render(gpt.load_rows(sorted(gpt.DATA.glob("ab_power_*.jsonl"))), gpt.load_resampled(gpt.RESAMPLED),
+                      gpt.default_looks())
+    assert written == made, ("docs/perf-gate.md's gate-power table is not the one benchmarks/data makes: "
+                             "run python benchmarks/gate_power_table.py --resample --write")
+
+
+def test_unchanged_code_meets_the_target_only_with_20_gates_and_no_false_alarm(gpt):
+    aa = ("target", 0.0)
+    assert gpt.target(group(gpt), aa, [gate()] * 20) == "met"
+    assert gpt.target(group(gpt), aa, [gate()] * 5) == "5 of 20 so far"
+    assert gpt.target(group(gpt), aa, [gate()] * 4 + [gate("regression")]) == "missed: 1 false alarm"
+    assert gpt.target(group(gpt), aa, [gate(minutes=6.0)] * 20) == "missed: 6.0 min a gate (target 5)"
+    assert gpt.target(group(gpt, 0.05), aa, [gate(minutes=9.0)] * 20) == "met"  # no minutes target at 5%
+
+
+def test_a_planted_level_needs_19_of_20_caught(gpt):
+    ten = ("target", 0.10)
+    caught, missed = gate("regression", level=0.10), gate("undecided", level=0.10)
+    assert gpt.target(group(gpt), ten, [caught] * 19 + [missed]) == "met"
+    assert gpt.target(group(gpt), ten, [caught] * 18 + [missed] * 2) == "missed: 18 of 20 caught"
+    assert gpt.target(group(gpt), ten, [caught] * 3 + [missed]) == "4 of 20 so far"
+    assert gpt.target(group(gpt), ten, [caught] * 2 + [missed] * 2) == "missed: 2 of 4 caught"  # 19 out of reach
+    five = ("target", 0.05)
+    assert gpt.target(group(gpt, 0.05), five, [gate("regression", minutes=9.5, level=0.05)] * 20) == "met"
+    assert gpt.target(group(gpt, 0.05), five, [gate("regression", minutes=11.0, level=0.05)] * 20).startswith("missed")
+
+
+def test_a_phase_level_counts_only_gates_that_name_the_phase(gpt):
+    verify = ("verify", 0.10)
+    named = gate("regression", into="verify", level=0.10, verdicts={"verify": "regression"})
+    other = gate("regression", into="verify", level=0.10, verdicts={"verify": "inconclusive"})
+    assert gpt.target(group(gpt), verify, [named] * 20) == "met"
+    assert gpt.target(group(gpt), verify, [named] * 18 + [other] * 2) == "missed: 18 of 20 caught"
+    assert gpt.outcomes([named, other], verify) == "2 REGRESSION (1 naming `verify`)"
+    old = gate("regression", into="draft", level=0.20)  # a row from before per-phase verdicts
+    assert gpt.caught(old, ("draft", 0.20)) and gpt.outcomes([old], ("draft", 0.20)) == "1 REGRESSION"
+
+
+def test_a_resampled_rate_of_other_rounds_is_not_shown(gpt):
+    pool = [gate(rounds=8), gate(rounds=16)]
+    kept = {group(gpt).key: {"aa_rounds": 24, "pairs": 6, "trials": 2000, "regression": 0.001, "undecided": 0.0,
+                             "rounds": 9.5}}
+    assert gpt.resampled_cell(group(gpt), pool, kept).startswith("0.1%, 0.0%, 9.5 (2000 gates; rough: 24 A/A rounds")
+    assert "not resampled" in gpt.resampled_cell(group(gpt), pool + [gate()], kept)
+
+
+def test_a_doc_without_markers_is_named(gpt, tmp_path):
+    with pytest.raises(SystemExit, match="perf-gate.md: the markers"):
+        gpt.replace_between_markers("no table here", "| table |", tmp_path / "perf-gate.md")
+    text = f"before\n{gpt.BEGIN}\nold\n{gpt.END}\nafter"
+    assert gpt.replace_between_markers(text, "new", tmp_path) == f"before\n{gpt.BEGIN}\nnew\n{gpt.END}\nafter"
