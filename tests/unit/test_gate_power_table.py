@@ -36,11 +36,15 @@ def test_the_doc_holds_the_table_the_data_make(gpt):
 
 def test_unchanged_code_meets_the_target_only_with_20_gates_and_no_false_alarm(gpt):
     aa = ("target", 0.0)
-    assert gpt.target(group(gpt), aa, [gate()] * 20) == "met"
+    rates = {"regression": 0.004}
+    assert gpt.target(group(gpt), aa, [gate()] * 20, rates) == "met"
+    assert gpt.target(group(gpt), aa, [gate()] * 20) == "20 gates; not resampled yet"
+    assert gpt.target(group(gpt), aa, [gate()] * 20, {"regression": 0.02}) == \
+        "missed: 2.0% of resampled gates a false alarm"
     assert gpt.target(group(gpt), aa, [gate()] * 5) == "5 of 20 so far"
     assert gpt.target(group(gpt), aa, [gate()] * 4 + [gate("regression")]) == "missed: 1 false alarm"
-    assert gpt.target(group(gpt), aa, [gate(minutes=6.0)] * 20) == "missed: 6.0 min a gate (target 5)"
-    assert gpt.target(group(gpt, 0.05), aa, [gate(minutes=9.0)] * 20) == "met"  # no minutes target at 5%
+    assert gpt.target(group(gpt), aa, [gate(minutes=6.0)] * 20, rates) == "missed: 6.0 min a gate (target 5)"
+    assert gpt.target(group(gpt, 0.05), aa, [gate(minutes=9.0)] * 20, rates) == "met"  # no minutes target at 5%
 
 
 def test_a_planted_level_needs_19_of_20_caught(gpt):
