@@ -185,16 +185,18 @@ def minutes(gates: list[dict]) -> str:
 def target(group: Group, level: Level, gates: list[dict], resampled: dict | None = None) -> str:
     """Where the row stands against the issues' targets: 'met', 'N of 20 so far' or what missed. An
     A/A row needs its resampled gates too (`resampled`: their rates, None where not made from these
-    rounds): at most 1% of them a false alarm."""
+    rounds): at most 1% of them a false alarm, once at least ab_power.MIN_PAIRS worker pairs back them
+    (from fewer, each pair is a large share of every draw and the rate says little)."""
     into, fraction = level
     env = into == ab_power.ENV
     need, must = (ENV_GATES, ENV_CAUGHT) if env else (GATES, CAUGHT)
     n = len(gates)
+    rates = resampled if resampled and resampled["pairs"] >= ab_power.MIN_PAIRS else None
     if not fraction:  # unchanged: no gate may call a regression
         bad = sum(g["outcome"] == "regression" for g in gates)
         missed = [f"{bad} false alarm{'s' * (bad != 1)}"] if bad else []
-        if not env and resampled and resampled["regression"] > MAX_RESAMPLED_FALSE_ALARMS:
-            missed.append(f"{resampled['regression']:.1%} of resampled gates a false alarm")
+        if not env and rates and rates["regression"] > MAX_RESAMPLED_FALSE_ALARMS:
+            missed.append(f"{rates['regression']:.1%} of resampled gates a false alarm")
     else:
         hits = sum(caught(g, level) for g in gates)
         missed = [f"{hits} of {n} caught"] if n - hits > need - must else []
@@ -204,8 +206,8 @@ def target(group: Group, level: Level, gates: list[dict], resampled: dict | None
         missed.append(f"{mean:.1f} min a gate (target {limit:g})")
     if missed:
         return "missed: " + "; ".join(missed)
-    if n >= need and not fraction and not env and resampled is None:
-        return f"{n} gates; not resampled yet"
+    if n >= need and not fraction and not env and rates is None:
+        return f"{n} gates; resampled rates from {ab_power.MIN_PAIRS} worker pairs to come"
     return "met" if n >= need else f"{n} of {need} so far"
 
 

@@ -36,11 +36,13 @@ def test_the_doc_holds_the_table_the_data_make(gpt):
 
 def test_unchanged_code_meets_the_target_only_with_20_gates_and_no_false_alarm(gpt):
     aa = ("target", 0.0)
-    rates = {"regression": 0.004}
+    rates = {"regression": 0.004, "pairs": 20}
     assert gpt.target(group(gpt), aa, [gate()] * 20, rates) == "met"
-    assert gpt.target(group(gpt), aa, [gate()] * 20) == "20 gates; not resampled yet"
-    assert gpt.target(group(gpt), aa, [gate()] * 20, {"regression": 0.02}) == \
+    assert gpt.target(group(gpt), aa, [gate()] * 20) == "20 gates; resampled rates from 20 worker pairs to come"
+    assert gpt.target(group(gpt), aa, [gate()] * 20, {"regression": 0.02, "pairs": 20}) == \
         "missed: 2.0% of resampled gates a false alarm"
+    rough = {"regression": 0.20, "pairs": 12}  # too few pairs to judge by
+    assert gpt.target(group(gpt), aa, [gate()] * 5, rough) == "5 of 20 so far"
     assert gpt.target(group(gpt), aa, [gate()] * 5) == "5 of 20 so far"
     assert gpt.target(group(gpt), aa, [gate()] * 4 + [gate("regression")]) == "missed: 1 false alarm"
     assert gpt.target(group(gpt), aa, [gate(minutes=6.0)] * 20, rates) == "missed: 6.0 min a gate (target 5)"
