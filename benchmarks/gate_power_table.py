@@ -74,8 +74,9 @@ class Group:
 
     @property
     def key(self) -> str:
-        """The resampled rates' key: the A/A pool (any tolerance, any looks) and the tolerance."""
-        return f"{self.file}|{self.cpu_class}|{self.condition}|{self.mode}|{self.combination}|{self.tolerance:g}"
+        """The resampled rates' key: the A/A pool (any tolerance, any looks), the tolerance and the looks."""
+        looks = "+".join(map(str, self.looks))
+        return f"{self.file}|{self.cpu_class}|{self.condition}|{self.mode}|{self.combination}|{self.tolerance:g}|{looks}"
 
 
 def load_rows(files: Iterable[Path]) -> list[tuple[str, dict]]:
@@ -334,7 +335,7 @@ def main(argv=None) -> int:
         todo = [g for g, levels in groups.items() if ("target", 0.0) in levels]
         for i, group in enumerate(todo, 1):
             pool = aa_pool(rows, group, looks)
-            if kept.get(group.key, {}).get("aa_rounds") == sum(g["rounds"] for g in pool):
+            if fresh(group, pool, kept):
                 continue
             log.info("[%d/%d] resampling %s (%d A/A gates)", i, len(todo), group.key, len(pool))
             kept[group.key] = resample(group, pool, args.trials)
