@@ -32,7 +32,7 @@ from harness.machine import capability
 from harness.perf import combinations
 from harness.perf.ab.gate import ABSettings
 from harness.perf.combinations import PerfSettings
-from harness.perf.plant import PHASE_OF
+from harness.perf.plant import ASSISTED_ONLY, PHASE_OF, PLANT_INTO
 from harness.perf.record import GATED_PHASES, METRICS
 from harness.workload import registry
 
@@ -54,6 +54,7 @@ MINUTES, MINUTES_AT_5 = 5.0, 10.0
 MAX_RESAMPLED_FALSE_ALARMS = 0.01
 
 Level = tuple[str, float]  # (where the slowdown is planted, fraction): ab_power.parse_level's
+AA: Level = ("target", 0.0)  # unchanged code against itself
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def grouped(rows: list[tuple[str, dict]], default_looks: tuple[int, int, int]) -
 def aa_pool(rows: list[tuple[str, dict]], group: Group, default_looks: tuple[int, int, int]) -> list[dict]:
     """The A/A gates whose rounds the group's resampled gates draw from, as ab_power.py pools them:
     same file, class, condition, mode and combination, at any tolerance and looks."""
-    return [row for file, row in rows if ab_power.level_of(row) == ("target", 0.0)
+    return [row for file, row in rows if ab_power.level_of(row) == AA
             and dataclasses.replace(group_of(file, row, default_looks), tolerance=group.tolerance,
                                     looks=group.looks) == group]
 
@@ -142,7 +143,7 @@ def level_arg(level: Level) -> str:
 
 def level_order(level: Level) -> tuple:
     into, fraction = level
-    places = ("target", "draft", "verify", "glue", ab_power.ENV)
+    places = (*PLANT_INTO, ab_power.ENV)
     return (into != "target" or fraction > 0, places.index(into) if into in places else len(places), -fraction)
 
 
@@ -159,7 +160,7 @@ def names_phase(level: Level) -> str | None:
     """The phase a gate of this level should name: the one slowed where a plant slows one phase of an
     assisted step (rows from before per-phase costs record no phase verdicts and are judged without)."""
     into, fraction = level
-    return PHASE_OF[into] if fraction and into in ("draft", "verify", "glue") else None
+    return PHASE_OF[into] if fraction and into in ASSISTED_ONLY else None
 
 
 def outcomes(gates: list[dict], level: Level) -> str:
@@ -278,7 +279,7 @@ def render(rows: list[tuple[str, dict]], kept: dict, default_looks: tuple[int, i
         looks = "" if group.looks == default_looks else f", looks {group.looks[0]}+{group.looks[1]} to {group.looks[2]}"
         for level in levels:
             gates = groups[group][level]
-            pool = aa_pool(rows, group, default_looks) if level == ("target", 0.0) else []
+            pool = aa_pool(rows, group, default_looks) if level == AA else []
             cell = resampled_cell(group, pool, kept) if pool else ""
             status = target(group, level, gates, fresh(group, pool, kept)) if judged else "-"
             lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
@@ -332,7 +333,7 @@ def main(argv=None) -> int:
     kept = load_resampled(RESAMPLED)
     if args.resample:
         groups = grouped(rows, looks)
-        todo = [g for g, levels in groups.items() if ("target", 0.0) in levels]
+        todo = [g for g, levels in groups.items() if AA in levels]
         for i, group in enumerate(todo, 1):
             pool = aa_pool(rows, group, looks)
             if fresh(group, pool, kept):
