@@ -1,39 +1,26 @@
 """`python -m harness history show | changes | plot | report | export | merge`: the run history's series,
 oldest first (harness/history/store.py), the change points in them (harness/history/changes.py), their
 figures and one HTML page of them (harness/history/plot.py, report.py), and the history in other
-tools' formats or merged from several machines (harness/cli/history_export.py)."""
+tools' formats or merged from several machines (harness/cli/history_export.py); the options and
+reading they share are harness/cli/history_series.py's."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from harness.cli.options import float_in, int_in
 from harness.cli import history_export as export_merge
-from harness.core.errors import BadInputError, did_you_mean
+from harness.cli.history_series import existing, filter_options, filters, read_series
+from harness.cli.options import float_in, int_in
+from harness.core.errors import BadInputError
 from harness.history import changes as chg
 from harness.history import store
 from harness.history import plot as hplot
 from harness.history import report as hreport
 from harness.history import series as hseries
 
-DEFAULT = Path("results/history.sqlite")
 PLOTS = Path("results/history-plots")
 REPORT = Path("results/history.html")
-
-
-def history_option(parser: argparse.ArgumentParser, **kwargs) -> None:
-    parser.add_argument("--history", type=store.location, default=None, metavar="PATH_OR_URL",
-                        help=f"the history: an SQLite file or a postgresql:// URL (default: ${store.ENV} if set, "
-                             f"else {DEFAULT})", **kwargs)
-
-
-def filter_options(parser: argparse.ArgumentParser) -> None:
-    """--history and the series filters that every reading subcommand takes."""
-    history_option(parser)
-    parser.add_argument("--combination", metavar="ID", help="one series: a perf combination id or bench:... name")
-    parser.add_argument("--metric", metavar="NAME", help="one metric, e.g. plain_tokens_per_sec")
-    parser.add_argument("--platform", metavar="ID", help="one platform id")
 
 
 def change_options(parser: argparse.ArgumentParser) -> None:
@@ -76,40 +63,15 @@ def _add_plot_report(hsub: argparse._SubParsersAction) -> None:
     report.add_argument("--out", type=Path, default=REPORT, metavar="FILE", help=f"the HTML file (default {REPORT})")
 
 
-def _where(args: argparse.Namespace) -> str | Path:
-    where = args.history or store.default_path() or DEFAULT
-    if not store.exists(where):
-        raise BadInputError(f"--history {where}: no history there yet; `make bench` or `make perf-ab` start one")
-    return where
 
 
-def _check_filters(s: store.Store, args: argparse.Namespace) -> None:
-    """A filter that names nothing in the history: one line with the closest name."""
-    for option, column, value in (("--combination", "combination", args.combination),
-                                  ("--metric", "metric", args.metric), ("--platform", "platform_id", args.platform)):
-        if value is not None:
-            known = s.names(column)
-            if value not in known:
-                raise BadInputError(f"{option} {value}: not in the history {s.name}.{did_you_mean(value, known)} "
-                                    f"It holds {len(known)}: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''}")
 
 
-def read_series(s: store.Store, args: argparse.Namespace, *, needed: str = "") -> dict[hseries.SeriesKey,
-                                                                                        list[store.Point]]:
-    """The open history's points per (combination, metric, platform), oldest first, as the filters
-    select them. `needed`: what the command does with them; none is then an error."""
-    _check_filters(s, args)
-    series = hseries.group(s.series(combination=args.combination, metric=args.metric, platform_id=args.platform))
-    if needed and not series:
-        given = " ".join(f"{k} {v}" for k, v in _filters(args))
-        raise BadInputError(f"--history {s.name}: " + (f"no measurements match {given}" if given else
-                                                       f"no measurements in it yet; nothing to {needed}"))
-    return series
 
 
 def _series(args: argparse.Namespace, *, needed: str = "") -> tuple[str, dict[hseries.SeriesKey, list[store.Point]]]:
     """(the history's name as messages show it, its series: read_series)."""
-    with store.open_store(_where(args)) as s:
+    with store.open_store(existing(args)) as s:
         return s.name, read_series(s, args, needed=needed)
 
 
@@ -164,9 +126,6 @@ def _detection(args: argparse.Namespace) -> hseries.Detection:
                              test=args.test)
 
 
-def _filters(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
-    return tuple((f"--{name}", value) for name in ("combination", "metric", "platform")
-                 if (value := getattr(args, name)) is not None)
 
 
 def _analysed(args: argparse.Namespace) -> tuple[str, list[hseries.Series]]:
@@ -186,7 +145,7 @@ def run_plot(args: argparse.Namespace) -> int:
 def run_report(args: argparse.Namespace) -> int:
     """The history as one HTML page."""
     name, series = _analysed(args)
-    path = hreport.write(args.out, series, hreport.Scope(name, _filters(args), _detection(args)))
+    path = hreport.write(args.out, series, hreport.Scope(name, filters(args), _detection(args)))
     print(f"report: {path} ({len(series)} series, {sum(len(s.steps) for s in series)} change point(s))")
     return 0
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.cli.history_series import existing, filter_options, history_option, read_series, where
 from harness.core.errors import BadInputError
 from harness.history import export, store
 from harness.history.merge import merge
@@ -16,8 +17,6 @@ FORMATS = ("otava", "bencher")
 
 
 def add_parsers(hsub: argparse._SubParsersAction) -> None:
-    from harness.cli.history import filter_options, history_option
-
     ex = hsub.add_parser("export", help="the history as Apache Otava CSV files with their otava.yaml, or as "
                                         "Bencher Metric Format JSON per run with an index")
     ex.add_argument("format", choices=FORMATS, help="otava: a CSV per series and otava.yaml; bencher: a BMF JSON "
@@ -37,10 +36,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from harness.cli.history import _where, read_series
-
     out = args.out or Path(f"results/history-{args.format}")
-    with store.open_store(_where(args)) as s:
+    with store.open_store(existing(args)) as s:
         series = read_series(s, args, needed="export")
         runs = s.stored_runs() if args.format == "bencher" else []
     if args.format == "otava":
@@ -56,9 +53,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    from harness.cli.history import DEFAULT
-
-    into = args.history or store.default_path() or DEFAULT
+    into = where(args)
     for source in args.sources:
         if not store.exists(source):
             raise BadInputError(f"merge {source}: no history there; give an SQLite file or a postgresql:// URL")
