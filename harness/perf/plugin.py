@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -287,19 +288,32 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if (state.gated and not state.updating and not session.config.option.collectonly
                 and state.counts(len(_SKIPPED))["gated"] == 0 and session.exitstatus == 0):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a perf run that gated nothing is not a pass
-        _write_baselines(state, exitstatus)  # first: a report that cannot be written must not cost a measurement
+        # Each writer on its own: a baseline file that cannot be written must not cost the report and the
+        # history of the same rounds (nor they it), or minutes of measurement are lost.
+        _keeping(state, session, _write_baselines, state, exitstatus)
         if state.results:
-            from harness.perf import report as perf_report
-
             origin = provenance.collect(host_probe=state.probe)  # the stored gate's probe, if taken
-            perf_report.write_all(state.results, Path(session.config.getoption("perf_report_dir")), origin)
-            _append_history(state, session.config, origin)
-            _write_benchmark_json(state, session)
+            _keeping(state, session, _write_reports, state, session, origin)
+            _keeping(state, session, _append_history, state, session.config, origin)
+            _keeping(state, session, _write_benchmark_json, state, session)
+    finally:
+        state.held.close()  # the A/B gate's lock: the next gate on this repository may start
+
+
+def _keeping(state: PerfSession, session: pytest.Session, write: Callable[..., None], *args: Any) -> None:
+    """Run one of the session's writers; its error becomes a summary line and fails the run."""
+    try:
+        write(*args)
     except (HarnessError, OSError) as exc:
         state.update_lines.append(f"error: {exc}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    finally:
-        state.held.close()  # the A/B gate's lock: the next gate on this repository may start
+
+
+def _write_reports(state: PerfSession, session: pytest.Session, origin: provenance.Provenance) -> None:
+    """results/perf/ (--perf-report-dir): results.json, summary.md and the figures."""
+    from harness.perf import report as perf_report
+
+    perf_report.write_all(state.results, Path(session.config.getoption("perf_report_dir")), origin)
 
 
 def _write_benchmark_json(state: PerfSession, session: pytest.Session) -> None:

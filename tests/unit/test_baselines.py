@@ -8,9 +8,12 @@ import json
 
 import pytest
 
+from harness.machine import capability
 from harness.machine.platform import platform_id
+from harness.perf import combinations
 from harness.perf.stored import baselines
 from harness.perf.stored.baselines import BaselineError
+from harness.workload import registry
 
 PID = platform_id("cpu", "Test CPU", None, "amx", 2)  # cpu-test-amx-2c
 V2_PID = "cpu-test-cpu-2c-0123abcd"  # a version-2 id: the hash covered the library versions
@@ -301,3 +304,15 @@ def test_an_update_on_a_new_platform_prints_the_diff_against_the_nearest(tmp_pat
     assert any(line.startswith("    + tiny+lookup:fp32:cpu:greedy:k3: ") for line in lines)
     assert baselines.nearest_lines(tmp_path / "empty", new, path, None) == [
         f"cpu-intel-xeon-avx2-2c.json is a new platform; no other baseline in {tmp_path / 'empty'} to compare with"]
+
+
+@pytest.mark.parametrize("cpu_class", capability.CLASSES)
+def test_every_combination_the_registry_makes_can_be_stored(tmp_path, cpu_class):
+    """`--perf-update-baselines` writes a record under each combination's id, drafting suffixes
+    (:fused, :c0.6, :lookupN, :vN, :attn-NAME) included: the schema must take every id the packaged
+    registry resolves, on every CPU class, or an update measures for many minutes and then cannot write."""
+    ids = [c.id for c in combinations.combinations(registry.load_matrix(cpu_class=cpu_class))]
+    doc = valid_doc()
+    doc["combinations"] = {cid: record() for cid in ids}
+    baselines.write(baselines.path_for(tmp_path, PID), doc)
+    assert sorted(baselines.load(baselines.path_for(tmp_path, PID))["combinations"]) == sorted(ids)

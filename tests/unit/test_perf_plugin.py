@@ -354,6 +354,40 @@ def test_a_report_folder_that_cannot_be_written_keeps_the_baseline(measured, tmp
     assert CID in doc["combinations"]  # written before the report failed
 
 
+EDIT_AT_THE_END = """
+import os
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):  # before the perf plugin writes: the file edited while the update ran
+    with open(os.environ["EDITED_BASELINE"], "w") as fh:
+        fh.write('{"schema_version": 1, "platform": ')
+"""
+
+
+def test_a_baseline_that_cannot_be_written_keeps_the_report_and_the_history(workspace):
+    """An update measures for many minutes on real models: when its baseline file cannot be written at
+    the end (here someone truncated it while the rounds ran, so the re-read before the merge fails),
+    the same rounds still reach the report and the history, and the run fails naming the file."""
+    matrix, directory = workspace
+    path = baseline_file(directory)
+    (directory / "edit_at_the_end.py").write_text(EDIT_AT_THE_END)
+    history = directory / "history.sqlite"
+    command = gate_command(matrix, directory, "-k", "tiny+draft", "--perf-update-baselines", "--perf-history",
+                           str(history), "-p", "edit_at_the_end")
+    r = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600,
+                       env={**os.environ, "PYTHONPATH": python_path(REPO) + os.pathsep + str(directory),
+                            "EDITED_BASELINE": str(path)})
+    assert r.returncode == 1 and "Traceback" not in r.stdout + r.stderr, r.stdout[-3000:] + r.stderr[-2000:]
+    assert f"error: {path}: not valid JSON" in r.stdout, r.stdout[-3000:]
+    assert CID in verdicts(directory)  # the report, written after the baseline failed
+    from harness.history import store
+
+    with store.open_store(history) as s:
+        assert {p.measurement.combination for p in s.series()} == {CID}
+
+
 def test_the_ab_gate_rounds_are_one_entry_per_arm():
     from harness.perf import benchmark_json
     from harness.perf.outcome import Outcome
