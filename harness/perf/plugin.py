@@ -296,6 +296,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             _keeping(state, session, _write_reports, state, session, origin)
             _keeping(state, session, _append_history, state, session.config, origin)
             _keeping(state, session, _write_benchmark_json, state, session)
+    except (HarnessError, OSError) as exc:  # outside the writers: collecting the results' provenance
+        _failed(state, session, exc)
     finally:
         state.held.close()  # the A/B gate's lock: the next gate on this repository may start
 
@@ -305,8 +307,12 @@ def _keeping(state: PerfSession, session: pytest.Session, write: Callable[..., N
     try:
         write(*args)
     except (HarnessError, OSError) as exc:
-        state.update_lines.append(f"error: {exc}")
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        _failed(state, session, exc)
+
+
+def _failed(state: PerfSession, session: pytest.Session, exc: Exception) -> None:
+    state.update_lines.append(f"error: {exc}")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _write_reports(state: PerfSession, session: pytest.Session, origin: provenance.Provenance) -> None:
