@@ -21,7 +21,7 @@ from harness.machine import hostspeed, platform, provenance
 from harness.workload import registry
 from harness.core.errors import HarnessError, RegistryError
 from harness.perf import gates, plugin
-from harness.perf.stored import baselines
+from harness.perf.stored import baselines, placement
 from harness.perf import report as perf_report
 from harness.perf.combinations import PerfSettings, combinations
 from harness.perf.runner import Runner, load_pair
@@ -29,7 +29,7 @@ from harness.perf.stored.verdict import BaselineMismatchError, check_comparable
 from tiny_models import write_local_matrix
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = next((REPO / "baselines").glob("cpu-*.json"))  # a real record to build documents from
+COMMITTED = sorted((REPO / "baselines").glob("cpu-*.json"))[0]  # a real record to build documents from
 
 
 def fake_config(directory: Path, **options) -> SimpleNamespace:
@@ -40,7 +40,11 @@ def fake_config(directory: Path, **options) -> SimpleNamespace:
 
 
 def document(device: str, combination_ids: list[str]) -> dict:
+    """A baseline file of these combinations, each a copy of a committed record, measured (as its
+    `threads` says) the way a PerfSession built here measures: on every core, the session's own
+    default before --perf-threads is read at configure."""
     template = next(iter(json.loads(COMMITTED.read_text())["combinations"].values()))
+    template["threads"] = placement.EVERY_CORE.threads
     return {"schema_version": baselines.SCHEMA_VERSION, "platform": platform.detect(device).hardware(),
             "software": platform.software(), "combinations": {cid: copy.deepcopy(template) for cid in combination_ids}}
 
