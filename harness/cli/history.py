@@ -63,12 +63,6 @@ def _add_plot_report(hsub: argparse._SubParsersAction) -> None:
     report.add_argument("--out", type=Path, default=REPORT, metavar="FILE", help=f"the HTML file (default {REPORT})")
 
 
-
-
-
-
-
-
 def _series(args: argparse.Namespace, *, needed: str = "") -> tuple[str, dict[hseries.SeriesKey, list[store.Point]]]:
     """(the history's name as messages show it, its series: read_series)."""
     with store.open_store(existing(args)) as s:
@@ -124,8 +118,6 @@ def run_changes(args: argparse.Namespace) -> int:
 def _detection(args: argparse.Namespace) -> hseries.Detection:
     return hseries.Detection(window=args.window, max_pvalue=args.max_pvalue, min_magnitude=args.min_magnitude,
                              test=args.test)
-
-
 
 
 def _analysed(args: argparse.Namespace) -> tuple[str, list[hseries.Series]]:
