@@ -117,16 +117,19 @@ def interleaved(pairs: dict[str, tuple], ids, repeats: int = 4) -> dict[str, dic
 
 
 def test_a_slower_draft_shows_in_the_draft_step_and_not_in_the_verification(target):
-    """Planted: every draft pass 3x slower. Its median moves by about 4x; the verification's does not."""
+    """Planted: every draft pass 3x slower. Its median moves by about 4x, and the time the step gained
+    lands in the draft step, not in the verification. A verification right after a spin runs somewhat
+    colder (1.2-1.9x on these sub-millisecond passes), so the verification is held to the time it
+    gained, not to a ratio."""
     ids = prompt(seed=2)
     base_draft = perturbed(target, 0.6, seed=3)
     slow_draft = perturbed(target, 0.6, seed=3)
     PlantedSlowdown(slow_draft, 3.0)
     pooled = interleaved({"base": (target, base_draft), "slow": (target, slow_draft)}, ids)
-    draft_ratio = pooled["slow"]["draft_step"].median_ms / pooled["base"]["draft_step"].median_ms
-    verify_ratio = pooled["slow"]["verify"].median_ms / pooled["base"]["verify"].median_ms
-    assert draft_ratio > 2.5, draft_ratio
-    assert 0.5 < verify_ratio < 1.6, verify_ratio
+    ratio = {p: pooled["slow"][p].median_ms / pooled["base"][p].median_ms for p in ("draft_step", "verify")}
+    gained = {p: pooled["slow"][p].total_ms - pooled["base"][p].total_ms for p in ("draft_step", "verify")}
+    assert ratio["draft_step"] > 2.5, ratio
+    assert gained["verify"] < 0.3 * gained["draft_step"], (gained, ratio)
 
 
 def test_a_slower_draft_reaches_the_fused_loop(target):
