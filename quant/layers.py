@@ -30,8 +30,12 @@ INT4_GROUP_SIZES = (32, 64, 128, 256)
 # appended, so the tensor's range is always [-1, 1] and every row gets the same activation step
 # whatever the other rows are. Its activations take the full 8 bits (no reduce_range): with fbgemm's
 # 7-bit guard against int16 saturation the 1.5B target's held-out perplexity was 4.349, with 8 bits
-# 4.246 (per-token int_mm 4.239, bf16 4.217). All three compute a row alone exactly as in a block
-# of K+1 tokens (without VNNI a sum may saturate, for int_mm too: inexact, still the same per row).
+# 4.246 (per-token int_mm 4.239, bf16 4.217). Natively on AMD Zen 3 (AVX2, no VNNI), where fbgemm and
+# oneDNN add pairs of u8 x s8 products in int16 and saturate on an outlier channel (tests/unit/
+# test_presets.py), it was 4.244 with 8 bits and 4.368 with 7: the saturation did not cost the real
+# model what the guard does (torch._int_mm is exact there, but 9x slower at one token). All three
+# compute a row alone exactly as in a block of K+1 tokens (a saturated sum is inexact, still the
+# same per row).
 INT8_KERNELS = ("onednn", "int_mm", "fbgemm")
 # oneDNN takes a slow path for one token through a narrow layer: a 256x1536 k/v projection cost
 # 4.8 ms against 0.04 ms with torch._int_mm on the AMX host (0.5 ms for an 8960-wide one), which

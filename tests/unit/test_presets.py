@@ -154,14 +154,11 @@ def _layer(seed: int = 0, n: int = 96, k: int = 256) -> Int8DynamicLinear:
     return Int8DynamicLinear(torch.randn(n, k, generator=g) * 0.05)
 
 
-def test_onednn_and_int_mm_give_the_same_rows_alone_and_in_a_block():
+def test_each_int8_kernel_gives_a_row_alone_as_in_a_block_and_the_class_kernel_stays_near_exact():
     here = capability.detect()  # VNNI in the CPU and not cut off by a oneDNN limit (AVX512_CORE emulation)
     vnni = "avx512_vnni" in here.flags and (here.onednn_limit is None or "VNNI" in here.onednn_limit)
-    if here.name == "avx512" and not vnni:
-        pytest.skip("without VNNI torch._int_mm's int16 sums saturate where oneDNN's do not: the kernels "
-                    "differ here by design (both stay batch-invariant: checked below on other classes)")
     layer = _layer(n=1024)  # wide enough for oneDNN (ONEDNN_MIN_OUT)
-    x = torch.randn(1, 7, 256)
+    x = torch.randn(1, 7, 256, generator=torch.Generator().manual_seed(0))
     x[..., 3] = 30.0  # an outlier channel, as real activations have
     out = {}
     for kernel in INT8_KERNELS:
@@ -171,12 +168,25 @@ def test_onednn_and_int_mm_give_the_same_rows_alone_and_in_a_block():
         alone = torch.cat([layer(x[:, i:i + 1]) for i in range(7)], dim=1)
         assert torch.equal(block, alone), kernel  # a verified block computes each row as one token would
         out[kernel] = block
-    assert torch.equal(out["onednn"], out["int_mm"])
-    # fbgemm's row-scaled 8-bit activations round differently from the per-token scale, as finely
+    # the floor of any int8 kernel: 8-bit per-token activations with the integer products summed exactly
+    a = x[0].float()
+    a_scale = (a.abs().amax(dim=1, keepdim=True) / 127).clamp(min=1e-8)
+    a_q = torch.round(a / a_scale).clamp(-127, 127)
+    ideal = ((a_q.double() @ layer.weight_q.double().t()) * a_scale.double() * layer.weight_scale.double()).float()
     exact = torch.nn.functional.linear(x, layer.weight_q.float() * layer.weight_scale[:, None])
     err = {k: ((v - exact).norm() / exact.norm()).item() for k, v in out.items()}
-    assert not torch.equal(out["fbgemm"], out["int_mm"])
-    assert err["fbgemm"] < 1.5 * err["int_mm"], err
+    floor = ((ideal[None] - exact).norm() / exact.norm()).item()
+    if vnni:
+        # VNNI or AMX sums u8 x s8 products in int32: oneDNN and torch._int_mm give the same exact products
+        # (narrow layers fall back from one to the other), fbgemm's row-scaled 8 bits nearly as finely
+        assert torch.equal(out["onednn"], out["int_mm"])
+        assert not torch.equal(out["fbgemm"], out["int_mm"])
+        assert err["fbgemm"] < 1.5 * err["int_mm"], err
+    # without VNNI (AMD Zen 3) pairs of u8 x s8 products are added in int16, which saturates where the
+    # outlier channel meets a large weight: oneDNN and fbgemm then err about twice the floor on this input
+    # (on real activations it did not matter: quant/layers.py). The class's kernel stays within 2.5x everywhere.
+    chosen = kernels.INT8_KERNEL[here.name]
+    assert err[chosen] < 2.5 * floor, (chosen, err, floor)
 
 
 def test_narrow_layers_stay_on_int_mm_under_onednn():
