@@ -164,7 +164,7 @@ def test_pairs_show_the_choice_of_the_class_this_runs_as():
     assert r.returncode == 0, r.stderr
     assert "chosen for CPU class avx2" in r.stdout
     default = next(line for line in r.stdout.splitlines() if "[default]" in line)
-    assert "(w8af32)" in default and "K=8" in default and "[avx2 choice]" in default
+    assert "(w8af32)" in default and "K=16" in default and "[avx2 choice]" in default
 
 
 def test_parse_ks():
