@@ -215,10 +215,10 @@ def test_the_perf_gates_worker_runs_what_the_preset_chose():
     request = fastest.as_request()
     assert request["fused_draft"] is True and request["confidence_threshold"] == 0.7
     # a combination that uses neither sends neither: a worker of a commit from before them still loads it
-    avx2 = registry.load_matrix(registry.DEFAULT_MATRIX, cpu_class="avx2")
-    chosen = next(c for c in combinations(avx2) if c.selection.preset is None and c.pair == fastest.pair)
+    avx512 = registry.load_matrix(registry.DEFAULT_MATRIX, cpu_class="avx512")
+    chosen = next(c for c in combinations(avx512) if c.selection.preset is None and c.pair == fastest.pair)
     assert "fused_draft" not in chosen.as_request() and "confidence_threshold" not in chosen.as_request()
-    assert Combination.from_request(avx2, chosen.as_request(), PerfSettings.from_matrix(avx2)).selection.decode == (
+    assert Combination.from_request(avx512, chosen.as_request(), PerfSettings.from_matrix(avx512)).selection.decode == (
         chosen.selection.decode)
     # the avx512-bf16 class's own choice sends both, and its worker runs what the class chose
     zen4 = next(c for c in combinations(amd) if c.selection.preset is None and c.pair == fastest.pair)

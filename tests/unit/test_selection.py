@@ -30,8 +30,8 @@ def tiny(tmp_path_factory):
 def test_each_value_comes_from_the_first_layer_that_has_it_and_says_which():
     avx2 = registry.load_matrix(PACKAGED, cpu_class="avx2")
     chosen = resolve(avx2, Request(check_here=False))  # the default pair, as chosen for AVX2
-    assert (chosen.pair, chosen.target.precision, chosen.k) == (DEFAULT_PAIR, "w8af32", 8)
-    assert chosen.origin("target_precision") == chosen.origin("k") == "cpu-class avx2"
+    assert (chosen.pair, chosen.target.precision, chosen.k) == (DEFAULT_PAIR, "w8af32", 16)
+    assert chosen.origin("target_precision") == chosen.origin("k") == chosen.origin("fused_draft") == "cpu-class avx2"
     assert chosen.origin("schedule") == chosen.origin("max_new_tokens") == "defaults"
     assert chosen.origin("target") == f"pair {DEFAULT_PAIR}" and chosen.reference_precision is None
     preset = resolve(avx2, Request(preset="fastest", ks=(4,), check_here=False))
