@@ -14,7 +14,7 @@ from harness.measure import bench
 from harness.workload import models, registry
 from harness.core.errors import HarnessError, RegistryError, UnknownNameError
 from harness.perf.combinations import combinations
-from quant.layers import INT8_KERNELS, Int8DynamicLinear
+from quant.layers import INT8_KERNELS, Int8DynamicLinear, quantize_per_token
 from test_cli import cli
 from tiny_models import write_local_matrix
 
@@ -169,9 +169,7 @@ def test_each_int8_kernel_gives_a_row_alone_as_in_a_block_and_the_class_kernel_s
         assert torch.equal(block, alone), kernel  # a verified block computes each row as one token would
         out[kernel] = block
     # the floor of any int8 kernel: 8-bit per-token activations with the integer products summed exactly
-    a = x[0].float()
-    a_scale = (a.abs().amax(dim=1, keepdim=True) / 127).clamp(min=1e-8)
-    a_q = torch.round(a / a_scale).clamp(-127, 127)
+    a_q, a_scale = quantize_per_token(x[0].float())
     ideal = ((a_q.double() @ layer.weight_q.double().t()) * a_scale.double() * layer.weight_scale.double()).float()
     exact = torch.nn.functional.linear(x, layer.weight_q.float() * layer.weight_scale[:, None])
     err = {k: ((v - exact).norm() / exact.norm()).item() for k, v in out.items()}
