@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.perf.record import METRICS, ROUND_PHASES, Round  # noqa: E402
+from harness.perf.record import METRICS, ROUND_PHASES  # noqa: E402
 from harness.perf.replay import Recording  # noqa: E402
 
 STATISTICS = {"median": lambda c: c.median_ms, "p10": lambda c: c.low_ms, "mean": lambda c: c.total_ms / c.calls}

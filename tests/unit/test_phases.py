@@ -5,7 +5,6 @@ on tiny random models and on hand-made passes whose answer is known."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from harness.measure import phases
 from harness.measure.generate import measure_generation
