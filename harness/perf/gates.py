@@ -20,7 +20,7 @@ import pytest
 import harness
 from harness.core import locks
 from harness.machine import hostspeed, platform
-from harness.workload import registry
+from harness.workload import models, registry
 from harness.core.errors import HarnessError
 from harness.workload.decode import ASSISTED
 from harness.perf import replay
@@ -289,7 +289,7 @@ def replay_gate(session: PerfSession, combo: Combination, request: pytest.Fixtur
     if baseline is None:
         pytest.fail(f"{combo.id}: a stored-gate recording replays against a stored baseline, and "
                     f"{session.baseline_path(combo.device)} has none for it", pytrace=False)
-    runner = replay.RecordedRunner(combo, session.models_for(combo), session.settings,
+    runner = replay.RecordedRunner(combo, models.load_tokenizer(combo.selection.target.spec), session.settings,
                                    recorded=recorded.rounds)
     try:
         check_comparable(runner, baseline)

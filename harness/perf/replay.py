@@ -158,13 +158,13 @@ def ab_gate(combo: Combination, settings: PerfSettings, ab: ABSettings, base: Re
 
 
 class RecordedRunner(Runner):
-    """The stored gate's runner with recorded rounds instead of measured ones. It still loads the
-    pair's tokenizer and prompts, so that the baseline's settings are checked as in a live run."""
+    """The stored gate's runner with recorded rounds instead of measured ones. It loads the target's
+    tokenizer and the prompts, no model, so that the baseline's settings are checked as in a live run."""
 
     measures = False
 
-    def __init__(self, *args: Any, recorded: list[Round], **kw: Any):
-        super().__init__(*args, **kw)
+    def __init__(self, combo: Combination, tokenizer: Any, settings: PerfSettings, *, recorded: list[Round]):
+        super().__init__(combo, None, settings, tokenizer=tokenizer)
         self.recorded = deque(recorded)
 
     def warmup(self) -> None:

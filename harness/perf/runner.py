@@ -61,18 +61,21 @@ class Runner:
 
     measures = True  # its rounds are fresh measurements (a replay's are not: nothing to confirm with)
 
-    def __init__(self, combo: Combination, loaded: LoadedPair, settings: PerfSettings):
+    def __init__(self, combo: Combination, loaded: LoadedPair | None, settings: PerfSettings, tokenizer: Any = None):
+        """`loaded`: the pair that runs the rounds; a runner that measures nothing (a replay) passes
+        None and the target's `tokenizer`, which reads the prompts the baseline's settings are checked on."""
         self.combo, self.loaded, self.settings = combo, loaded, settings
+        tokenizer = loaded.target.tokenizer if loaded is not None else tokenizer
         prompt_set = combo.selection.prompt_set
-        self.prompts = prompts.load_prompts(prompt_set, loaded.target.tokenizer, limit=settings.prompts)
-        self.inputs = [prompts.encode(p, loaded.target.tokenizer, chat_template=prompt_set.chat_template)
-                       for p in self.prompts]
+        self.prompts = prompts.load_prompts(prompt_set, tokenizer, limit=settings.prompts)
+        self.inputs = [prompts.encode(p, tokenizer, chat_template=prompt_set.chat_template) for p in self.prompts]
         self.decode = combo.selection.decode  # fixed length: every run produces the same number of tokens
         self.samples = Samples()
 
     def _run(self, mode: str, ids: Any, settings: DecodeSettings) -> GenerationResult:
         from harness.measure.generate import measure_generation  # torch: imported once a model runs, not by the plugin
 
+        assert self.loaded is not None, "a runner without models measures nothing"
         assistant = self.loaded.draft.model if (mode == ASSISTED and self.loaded.draft) else None
         return measure_generation(self.loaded.target.model, ids, settings, mode=mode,
                                   k=None if mode == PLAIN else self.combo.k, assistant=assistant)

@@ -399,6 +399,13 @@ def require_kernel(precision: str, *, named_by: str | None = None, via: str = ""
                            f"{', '.join(works)} (python -m harness doctor)")
 
 
+def load_tokenizer(spec: ModelSpec) -> Any:
+    """A fetched model's tokenizer alone, for work that reads prompts but runs no model (a replay)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_path(spec))
+
+
 def load(spec: ModelSpec, precision: str, device: str = "cpu", *, draft_vocab: int | None = None,
          attention: str | None = None) -> LoadedModel:
     """Load a fetched model at a precision ('bf16', 'fp32', 'fp16', 'w8af32', ...). `draft_vocab`:
