@@ -216,6 +216,22 @@ def test_the_verdict_moves_with_a_slowdown_in_the_recorded_rounds(workspace):
     assert "speedup: baseline median" in drafted.stdout and "plain_tokens_per_sec: baseline" not in drafted.stdout
 
 
+def test_a_replay_reads_the_prompts_and_loads_no_model(workspace):
+    """A stored-gate replay checks the baseline's settings on the prompts, read through the target's
+    tokenizer, and runs no model: with the models' weights gone it still decides (on the 1.5B pair, GBs
+    that a replay never loads)."""
+    matrix, directory = workspace
+    light = directory / "weightless"
+    light.mkdir()
+    for name in (matrix.name, "prompts.jsonl"):
+        shutil.copy(matrix.parent / name, light / name)
+    for model in ("target", "draft"):
+        shutil.copytree(matrix.parent / model, light / model, ignore=shutil.ignore_patterns("*.safetensors"))
+    same = gate(light / matrix.name, directory, "-k", "tiny+draft", "--perf-replay",
+                str(recording_of_the_baseline(directory, directory / "same.json")))
+    assert same.returncode == 0 and verdicts(directory) == {CID: "pass"}, same.stdout[-3000:] + same.stderr[-3000:]
+
+
 def test_too_few_rounds_for_a_narrow_tolerance_is_undecided_and_loud(workspace):
     matrix, directory = workspace
     narrow = ("-k", "tiny+draft", "--perf-repeats", "2", "--perf-max-repeats", "2")
