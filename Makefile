@@ -11,9 +11,9 @@ TORCH_INDEX ?=
 # pip's errors only: a host's pip configuration can add a warning per package (a find-links folder
 # that does not exist here); PIP_QUIET=--quiet shows pip's warnings again.
 PIP_QUIET ?= -qq
-# pip compiles every installed module to bytecode (torch's thousands: 47 s of a 101-s fresh set-up on a
-# 2-core AMD EPYC Zen 3 VM); without it each module compiles on its first import instead, the few
-# hundred a run imports (16 s once), and the bytecode is kept from then on.
+# pip would compile every installed module to bytecode, torch's thousands, most of which no run imports
+# (about half of a fresh set-up's time: docs/ci.md); without it a module compiles on its first import
+# and its bytecode is kept from then on.
 PIP_INSTALL = $(PY) -m pip install $(PIP_QUIET) --no-compile
 # A folder for JUnit XML, one file per pytest stage of make test (docs/ci.md). Empty: none.
 JUNIT_DIR   ?=
