@@ -73,6 +73,9 @@ def parse_args(argv):
     p.add_argument("--trials", type=int, default=5000, help="simulated gates per level")
     p.add_argument("--duet", choices=duet.CHOICES, default="auto",
                    help="the gate's --perf-duet: arms side by side (on), in turn (off), auto (side by side on 2 cores)")
+    p.add_argument("--duet-swap", type=float, default=duet.SWAP_S, metavar="SECONDS",
+                   help=f"the gate's --perf-duet-swap: side by side, the arms exchange cores every SECONDS within a "
+                        f"round (default {duet.SWAP_S:g}; 0: between rounds only, as every gate before it)")
     p.add_argument("--restart-every", type=int, default=ABSettings().restart_every, help="rounds per worker pair")
     p.add_argument("--condition", default=None,
                    help="what else ran on the host, a label kept in each row (default: noisy under "
@@ -153,7 +156,7 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
                     Arm("candidate", candidate, env=plan.env(), environment=candidate_env),
                     load_request, ab, guard=LoadGuard(noise=noise), plan=plan).run(progress)
     return {"level": level, "into": into, "tolerance": tolerance, "outcome": result.outcome.value, "rounds": result.rounds, "redone": result.redone,
-            "restart_every": ab.restart_every, "looks": looks_of(settings), "mode": result.mode,
+            "restart_every": ab.restart_every, "looks": looks_of(settings), "mode": result.mode, "swap_s": result.swap_s,
             "cpu_class": matrix.cpu_class,
             "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
             "arms": {arm: {m: [s.metric(m) for s in samples] for m in METRICS} for arm, samples in result.samples.items()},
@@ -243,10 +246,14 @@ def main(argv=None) -> int:
             raise SystemExit(f"--batch {args.batch}: at least 1 round between looks")
         settings = dataclasses.replace(settings, batch=args.batch)
     levels = [parse_level(x) for x in args.levels.split(",")]
-    plan = duet.plan(args.duet)
+    try:
+        plan = duet.plan(args.duet, swap_s=args.duet_swap)
+    except duet.DuetError as exc:
+        raise SystemExit(str(exc).replace("--perf-duet", "--duet")) from None
     kept = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
     # this combination, mode, host condition and CPU class: A/A rounds at any tolerance, gates at this one
     same = [g for g in kept if g.get("combination") == combo.id and g.get("mode", "interleaved") == plan.mode
+            and g.get("swap_s") == plan.swap_s
             and g.get("condition", "quiet") == args.condition and g.get("cpu_class", matrix.cpu_class) == matrix.cpu_class]
     done = [g for g in same if g.get("tolerance", ABSettings().tolerance) == args.tolerance
             and same_looks(g, settings)]

@@ -59,8 +59,8 @@ AA: Level = ("target", 0.0)  # unchanged code against itself
 
 @dataclass(frozen=True)
 class Group:
-    """The gates one ab_power.py command adds to: same file, class, host condition, arms' mode,
-    combination, tolerance and looks."""
+    """The gates one ab_power.py command adds to: same file, class, host condition, arms' mode (and,
+    side by side, the period of their exchange of cores within a round), combination, tolerance and looks."""
     file: str
     cpu_class: str
     condition: str
@@ -68,6 +68,7 @@ class Group:
     combination: str
     tolerance: float
     looks: tuple[int, int, int]  # first look, rounds between looks, cap
+    swap_s: float | None = None  # side by side: the arms' exchange of cores within a round (None: between rounds)
 
     @property
     def pair(self) -> str:
@@ -77,7 +78,9 @@ class Group:
     def key(self) -> str:
         """The resampled rates' key: the A/A pool (any tolerance, any looks), the tolerance and the looks."""
         looks = "+".join(map(str, self.looks))
-        return f"{self.file}|{self.cpu_class}|{self.condition}|{self.mode}|{self.combination}|{self.tolerance:g}|{looks}"
+        swap = f"|swap {self.swap_s:g}" if self.swap_s else ""
+        return (f"{self.file}|{self.cpu_class}|{self.condition}|{self.mode}{swap}|{self.combination}|"
+                f"{self.tolerance:g}|{looks}")
 
 
 def load_rows(files: Iterable[Path]) -> list[tuple[str, dict]]:
@@ -97,7 +100,7 @@ def group_of(file: str, row: dict, default_looks: tuple[int, int, int]) -> Group
     return Group(file, row.get("cpu_class", "?"), row.get("condition", "quiet"), row.get("mode", "interleaved"),
                  row["combination"], row.get("tolerance") or ABSettings().tolerance,
                  (looks.get("rounds", default_looks[0]), looks.get("batch", default_looks[1]),
-                  looks.get("max_rounds", default_looks[2])))
+                  looks.get("max_rounds", default_looks[2])), row.get("swap_s"))
 
 
 def grouped(rows: list[tuple[str, dict]], default_looks: tuple[int, int, int]) -> dict[Group, dict[Level, list[dict]]]:
@@ -243,8 +246,8 @@ def resample(group: Group, pool: list[dict], trials: int) -> dict:
 
 
 def command(group: Group, levels: list[Level], default_looks: tuple[int, int, int]) -> str:
-    flags = [f"--pair {group.pair}", f"--duet {'on' if group.mode == 'duet' else 'off'}",
-             f"--levels {','.join(level_arg(level) for level in levels)}"]
+    duet = f"on --duet-swap {group.swap_s or 0:g}" if group.mode == "duet" else "off"
+    flags = [f"--pair {group.pair}", f"--duet {duet}", f"--levels {','.join(level_arg(level) for level in levels)}"]
     if group.tolerance != ABSettings().tolerance:
         flags.append(f"--tolerance {group.tolerance:g}")
     if group.looks[1] != default_looks[1]:

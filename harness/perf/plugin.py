@@ -92,6 +92,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="A/B gate: run both arms' rounds at the same time, each on a core of its own with one thread, "
                      "swapping cores every round (on), or in turn with every core each (off); auto: side by side "
                      "where this process may use 2 cores, a GPU combination in turn (default)")
+    g.addoption("--perf-duet-swap", type=float, default=duet.SWAP_S, metavar="SECONDS",
+                help=f"A/B gate side by side: the arms also exchange cores every SECONDS within a round, so that "
+                     f"a spell of one core running slower falls on both (default {duet.SWAP_S:g}; 0: between rounds only)")
     g.addoption("--perf-threads", choices=placement.CHOICES, default=placement.ONE,
                 help="stored-baseline gate: measure the host probe and the rounds with one thread pinned to one "
                      "core (one, default: steadier on a shared host) or with torch's threads on every core (all: "
@@ -199,7 +202,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                     f"{', '.join(matrix.platforms)}")
     session = PerfSession(config, matrix, combos)
     try:
-        session.plan = duet.plan(config.getoption("perf_duet"))
+        session.plan = duet.plan(config.getoption("perf_duet"), swap_s=config.getoption("perf_duet_swap"))
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     try:

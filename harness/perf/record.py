@@ -146,6 +146,9 @@ class ABDetail:
     # the arms' Python environments, {"base": {python, label, versions}, "candidate": {...}, "differences":
     # {package: [base's version, candidate's]}} (harness/perf/ab/environment.py); None: replayed, or before schema 5
     environments: dict[str, Any] | None = None
+    # side by side: the period (s) at which the arms exchanged cores within a round (--perf-duet-swap);
+    # None: between rounds only, in turn, replayed, or before schema 6
+    swap_s: float | None = None
 
 
 @dataclass

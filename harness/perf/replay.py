@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,11 +60,13 @@ def _without_phases(entry: Any) -> Any:
     return entry
 
 
-def _without_environments(entry: Any) -> Any:
-    """A version-4 result with its A/B detail given the field version 5 added, as null."""
-    if isinstance(entry, dict) and isinstance(entry.get("ab"), dict):
-        return {**entry, "ab": {**entry["ab"], "environments": None}}
-    return entry
+def _with_null(field: str) -> Callable[[Any], Any]:
+    """A result of the version before `field` was added to its A/B detail, given it as null."""
+    def fill(entry: Any) -> Any:
+        if isinstance(entry, dict) and isinstance(entry.get("ab"), dict):
+            return {**entry, "ab": {**entry["ab"], field: None}}
+        return entry
+    return fill
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,9 @@ class Recording:
         if version == 3:  # the same rounds, written before rounds recorded their phases
             doc, version = {**doc, "schema_version": 4, "results": [_without_phases(r) for r in doc.get("results", [])]}, 4
         if version == 4:  # the same rounds, written before A/B results named the arms' environments
-            doc = {**doc, "schema_version": SCHEMA_VERSION, "results": [_without_environments(r) for r in doc.get("results", [])]}
+            doc, version = {**doc, "schema_version": 5, "results": [_with_null("environments")(r) for r in doc.get("results", [])]}, 5
+        if version == 5:  # the same rounds, written before side-by-side arms exchanged cores within a round
+            doc = {**doc, "schema_version": SCHEMA_VERSION, "results": [_with_null("swap_s")(r) for r in doc.get("results", [])]}
         elif version != SCHEMA_VERSION:
             raise ReplayError(f"--perf-replay {path}: schema_version {version!r}, this harness replays 2 to "
                               f"{SCHEMA_VERSION} (a results.json of an older harness has no rounds to replay)")

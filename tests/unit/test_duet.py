@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,18 @@ def test_side_by_side_arms_swap_cores_every_round_with_one_thread_each():
     assert [(p.core(0, r), p.core(1, r)) for r in range(3)] == [(2, 7), (7, 2), (2, 7)]
     assert p.env()["OMP_NUM_THREADS"] == "1"
     assert duet.plan("off", [0, 1]).core(0, 0) is None
+
+
+def test_within_a_round_the_arms_exchange_cores_every_quarter_second_unless_told_otherwise():
+    p = duet.plan("on", [0, 1])
+    assert p.swap_s == duet.SWAP_S == 0.25 and p.reason.endswith("swapping every round, and every 0.25 s within a round")
+    once = duet.plan("auto", [0, 1], swap_s=0)
+    assert once.swap_s is None and once.reason.endswith("swapping every round (--perf-duet-swap 0)")
+    assert duet.plan("off", [0, 1], swap_s=1.0).swap_s is None  # in turn: nothing to exchange
+    for bad in (-1, 0.01, float("nan")):
+        with pytest.raises(duet.DuetError, match=r"^--perf-duet-swap .*: give 0 \(swap cores between rounds only\) or "
+                                                 r"a period of at least 0.05 seconds \(default 0.25\)$"):
+            duet.plan("auto", [0, 1], swap_s=bad)
 
 
 
@@ -77,3 +90,39 @@ def test_pinning_reaches_every_thread_of_a_running_process():
         child.wait()
     with pytest.raises(duet.DuetError, match="--perf-duet: cannot list the threads of worker"):
         duet.pin(child.pid, a)
+
+
+def busy_children(n: int) -> list[subprocess.Popen]:
+    """`n` processes that spin until killed, each with one thread."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+@pytest.mark.alone  # both cores, which a parallel worker pinned to one does not have
+@pytest.mark.skipif(len(affinity.allowed_cores()) < 2, reason="needs 2 cores to move processes between")
+def test_within_a_round_the_arms_exchange_cores_and_stop_when_it_ends():
+    a, b = affinity.allowed_cores()[:2]
+    children = busy_children(2)
+    try:
+        duet.pin(children[0].pid, a)
+        duet.pin(children[1].pid, b)
+        seen = []
+        with duet.Swapping((children[0].pid, children[1].pid), (a, b), 0.05) as swapping:
+            for _ in range(40):
+                time.sleep(0.011)
+                seen.append((allowed(children[0].pid), allowed(children[1].pid)))
+        # both ways round, and each arm only ever on one of the two cores at a time
+        assert ({str(a)}, {str(b)}) in seen and ({str(b)}, {str(a)}) in seen, seen
+        assert swapping.swaps >= 4 and not swapping._thread.is_alive()
+        after = (allowed(children[0].pid), allowed(children[1].pid))
+        time.sleep(0.15)  # ended: nobody moves them any more
+        assert (allowed(children[0].pid), allowed(children[1].pid)) == after
+        # a worker that ends mid-round stops the exchanging, not the controller
+        children[1].kill()
+        children[1].wait()
+        with duet.Swapping((children[0].pid, children[1].pid), (a, b), 0.02) as swapping:
+            time.sleep(0.1)
+        assert not swapping._thread.is_alive() and swapping.swaps == 1
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()

@@ -287,6 +287,7 @@ def test_bad_baseline_file_is_a_clear_failure_and_left_unchanged(workspace):
     (["--perf-tolerance", "1.5"], "--perf-tolerance: 1.5: give a fraction between 0 and 1"),
     (["--perf-repeats", "1"], "--perf-repeats: 1: at least 2 rounds"),
     (["--perf-host-threshold", "0"], "--perf-host-threshold: 0.0: give a fraction above 0"),
+    (["--perf-duet-swap", "-1"], "--perf-duet-swap -1: give 0 (swap cores between rounds only) or a period of at least"),
     (["--perf-pair", "tiny+draf"], "--perf-pair 'tiny+draf' has no perf combinations. Did you mean 'tiny+draft'?"),
     (["--perf-update-baselines", "--perf-plant-slowdown", "0.1"], "cannot be combined with --perf-update-baselines"),
 ])

@@ -1,11 +1,15 @@
 """Side-by-side arms (`--perf-duet`): both arms measure each round at the same time, each worker
-pinned to a core of its own with one intra-op thread, and the arms swap cores every round.
+pinned to a core of its own with one intra-op thread; the arms swap cores every round, and within a
+round exchange them every `--perf-duet-swap` seconds.
 
 Why: on a shared 2-core VM two threads of one process wait on each other, and that spread is most
 of the A/B gate's noise there; one thread per process is several times steadier, and two such
 processes side by side cost each other little (docs/perf-gate.md has the measurements). Running
 both arms at once also puts whatever the host does in that minute on both; swapping the cores
-every round cancels a steady offset between the two cores.
+every round cancels a steady offset between the two cores, and exchanging them every fraction of a
+second within the round cancels the spells in which one core runs slower than the other for
+seconds (on the AMD EPYC Zen 3 VM that cut the per-round spread of plain tokens/s from 7.4% to
+0.9%: docs/perf-gate.md, "Side by side (duet)").
 
 Everything here is done to the worker from outside (its environment at start, the affinity of
 every thread it has), so a base revision from before duet runs side by side too.
@@ -13,17 +17,25 @@ every thread it has), so a base revision from before duet runs side by side too.
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass
 
 from harness.machine import affinity
 from harness.core.errors import UnsupportedHereError
 
 OPTION = "--perf-duet"
+SWAP_OPTION = "--perf-duet-swap"
 CHOICES = ("on", "off", "auto")
+SWAP_S = 0.25       # the default period of the exchange within a round, as measured
+MIN_SWAP_S = 0.05   # shorter: the controller's wake-ups and the moves start to cost the arms
 DUET, INTERLEAVED = "duet", "interleaved"
 # The thread pools a worker may start, each held to one thread: torch's intra-op pool reads
 # OMP_NUM_THREADS; MKL and OpenBLAS have their own.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+log = logging.getLogger(__name__)
 
 
 class DuetError(UnsupportedHereError):
@@ -37,6 +49,7 @@ class Plan:
     cores: tuple[int, int] | None      # DUET: the two cores the arms take in turn
     reason: str                        # why this mode (a line of the run's notes)
     choice: str = "off"                # what --perf-duet asked for: on | off | auto
+    swap_s: float | None = None        # DUET: the arms also exchange cores every swap_s seconds within a round
 
     @property
     def duet(self) -> bool:
@@ -55,11 +68,15 @@ class Plan:
 IN_TURN = Plan(INTERLEAVED, None, f"{OPTION} off: the arms take turns, each with every core")
 
 
-def plan(choice: str, cores: list[int] | None = None) -> Plan:
-    """The mode for --perf-duet on|off|auto. `on` with fewer than 2 cores is an error naming the
-    option; `auto` runs side by side when 2 cores are there, and says so either way."""
+def plan(choice: str, cores: list[int] | None = None, swap_s: float = SWAP_S) -> Plan:
+    """The mode for --perf-duet on|off|auto and --perf-duet-swap SECONDS (0: the arms swap cores
+    between rounds only). `on` with fewer than 2 cores is an error naming the option; `auto` runs
+    side by side when 2 cores are there, and says so either way."""
     if choice not in CHOICES:
         raise DuetError(f"{OPTION} {choice!r}: choose one of {', '.join(CHOICES)}")
+    if not (swap_s == 0 or MIN_SWAP_S <= swap_s):  # also refuses NaN
+        raise DuetError(f"{SWAP_OPTION} {swap_s:g}: give 0 (swap cores between rounds only) or a period of at "
+                        f"least {MIN_SWAP_S:g} seconds (default {SWAP_S:g})")
     if choice == "off":
         return IN_TURN
     cores = affinity.allowed_cores() if cores is None else cores
@@ -70,8 +87,9 @@ def plan(choice: str, cores: list[int] | None = None) -> Plan:
             raise DuetError(f"{OPTION} on: {why}, or pass {OPTION} off")
         return Plan(INTERLEAVED, None, f"{OPTION} auto: {why}: the arms take turns", choice)
     pair = (cores[0], cores[1])
+    within = f", and every {swap_s:g} s within a round" if swap_s else f" ({SWAP_OPTION} 0)"
     return Plan(DUET, pair, f"{OPTION} {choice}: the arms run side by side, one thread each, on cores "
-                            f"{pair[0]} and {pair[1]}, swapping every round", choice)
+                            f"{pair[0]} and {pair[1]}, swapping every round{within}", choice, swap_s or None)
 
 
 def for_device(run_plan: Plan, device: str, combination: str) -> Plan:
@@ -99,3 +117,39 @@ def pin(pid: int, core: int) -> None:
         raise DuetError(f"{OPTION}: cannot pin worker {pid} to core {core} ({exc}); pass {OPTION} off") from None
     if not pinned:
         raise DuetError(f"{OPTION}: worker {pid} has no thread left to pin")
+
+
+class Swapping:
+    """Within a round, the two arms exchange cores every `period` seconds, from a thread of the
+    controller, until the round's answers are in (`with Swapping(...)`).
+
+    Why: on a shared VM one core's speed can drift from the other's for seconds at a time (another
+    guest on the host core behind it), and swapping once per round leaves that in the round's
+    ratio. Exchanging every fraction of a second gives each arm an equal share of both cores'
+    spells. A move costs the thread its core-private caches, a few hundred KB, against steps that
+    stream hundreds of MB of weights."""
+
+    def __init__(self, pids: tuple[int, int], cores: tuple[int, int], period: float):
+        self.pids, self.cores, self.period = pids, cores, period
+        self.swaps = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="duet-swap", daemon=True)
+
+    def __enter__(self) -> Swapping:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            self.swaps += 1
+            flip = self.swaps % 2
+            try:
+                for i, pid in enumerate(self.pids):
+                    pin(pid, self.cores[(i + flip) % 2])
+            except DuetError as exc:  # a worker that ended: the round's answer says why
+                log.warning("%s; the arms stop exchanging cores for this round", exc)
+                return

@@ -66,6 +66,7 @@ class ABResult:
     counter_differences: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     environments: dict[str, Environment] | None = None  # arm -> the environment its worker ran in (None: replayed)
+    swap_s: float | None = None               # side by side: the arms exchanged cores every swap_s s within a round
 
     @property
     def environment_changes(self) -> dict[str, tuple[str | None, str | None]]:
@@ -189,7 +190,11 @@ class ABGate:
         cores = self._pin(index)
         for arm in self.arms.values():
             arm.send({"op": "round", "index": index})
-        return {name: (arm.receive("round"), cores[name]) for name, arm in self.arms.items()}
+        pids = [arm.process.pid for arm in self.arms.values() if arm.process is not None]
+        if self.plan.swap_s is None or len(pids) != 2:
+            return {name: (arm.receive("round"), cores[name]) for name, arm in self.arms.items()}
+        with duet.Swapping((pids[0], pids[1]), (cores["base"], cores["candidate"]), self.plan.swap_s):
+            return {name: (arm.receive("round"), cores[name]) for name, arm in self.arms.items()}
 
     def compared_phases(self) -> list[str]:
         """The gated phases (GATED_PHASES) both arms report, with a positive cost, in every round."""
@@ -255,7 +260,8 @@ class ABGate:
         return ABResult(self.combo.id, self.described("base"), self.described("candidate"), decisions,
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,
                         self.counter_differences(), notes=[note] if note else [],
-                        environments=environments if all(environments.values()) else None)
+                        environments=environments if all(environments.values()) else None,
+                        swap_s=self.plan.swap_s if self.plan.duet else None)
 
     def described(self, name: str) -> str:
         """An arm as results name it: its revision and commit, and its environment where it has its own."""

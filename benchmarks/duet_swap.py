@@ -1,0 +1,101 @@
+"""Does exchanging the arms' cores within a round steady the A/B gate? One A/A gate of a fixed
+number of rounds, side by side, in which the even rounds swap cores between rounds only
+(`--perf-duet-swap 0`) and the odd rounds also exchange them every SWAP seconds: both settings meet
+the same hour of the host, and the same worker pairs (restarted every 4 rounds). Appends the gate's
+row (benchmarks/ab_power.py's row, plus `swap_s` and `alternating`) to --out, then prints per metric
+and gated phase the per-round spread (sd) and mean of ln(candidate/base) under each setting.
+
+    python benchmarks/duet_swap.py --swap 0.25 --rounds 32 --out benchmarks/data/duet_swap_avx2.jsonl
+    python benchmarks/duet_swap.py --out benchmarks/data/duet_swap_avx2.jsonl --show   # the kept rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import ab_power
+from harness.perf.ab import duet, revision
+from harness.perf.ab.gate import ABGate
+from harness.perf.ab.loadguard import noise_pids
+from harness.perf.combinations import PerfSettings
+from harness.workload import registry
+
+
+def alternating(swap_s: float) -> type[ABGate]:
+    """An ABGate whose odd rounds exchange cores every swap_s seconds and whose even rounds do not."""
+    between = duet.plan("on", swap_s=0)
+    within = duet.plan("on", swap_s=swap_s)
+
+    class Alternating(ABGate):
+        def _side_by_side(self, index):
+            self.plan = within if index % 2 else between
+            return super()._side_by_side(index)
+
+    return Alternating
+
+
+def spreads(row: dict) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per setting, per metric: (sd, mean) of the per-round ln(candidate/base)."""
+    out = {}
+    for name, parity in (("between rounds", 0), (f"every {row['swap_s']:g} s", 1)):
+        out[name] = {}
+        for m, ratios in row["ratios"].items():
+            logs = [math.log(v) for i, v in enumerate(ratios) if i % 2 == parity]
+            out[name][m] = (statistics.stdev(logs), statistics.fmean(logs))
+    return out
+
+
+def show(row: dict) -> None:
+    table = spreads(row)
+    names = list(table)
+    print(f"{row['combination']}, {row['cpu_class']}, {row['condition']}: {row['rounds']} A/A rounds, "
+          f"{row['minutes']:.1f} min; per-round sd (mean) of ln(candidate/base)")
+    print(f"  {'metric':24} " + "  ".join(f"{n:>20}" for n in names))
+    for m in table[names[0]]:
+        print(f"  {m:24} " + "  ".join(f"{100 * table[n][m][0]:10.2f}% ({100 * table[n][m][1]:+5.1f}%)" for n in names))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pair", default="qwen-coder-1.5b+0.5b")
+    p.add_argument("--swap", type=float, default=duet.SWAP_S, metavar="SECONDS", help="the odd rounds' period")
+    p.add_argument("--rounds", type=int, default=32, help="rounds of the gate, all run (at least 4, even)")
+    p.add_argument("--out", type=Path, required=True, help="JSON lines: one row a gate, appended")
+    p.add_argument("--show", action="store_true", help="print the kept rows only")
+    args = p.parse_args(argv)
+    if args.rounds < 4 or args.rounds % 2:
+        p.error(f"--rounds {args.rounds}: an even number, at least 4")
+    if not args.show:
+        try:
+            duet.plan("on", swap_s=args.swap)
+        except duet.DuetError as exc:
+            p.error(str(exc).replace(duet.SWAP_OPTION, "--swap"))
+        matrix = registry.load_matrix()
+        settings = dataclasses.replace(PerfSettings.from_matrix(matrix), rounds=args.rounds, max_rounds=args.rounds)
+        combo = ab_power.combination(matrix, args.pair, settings)
+        repo = revision.repository_root(ab_power.REPO)
+        trees = (revision.checkout(repo, "HEAD"), revision.working_tree(repo))
+        ab_power.ABGate = alternating(args.swap)
+        noise = noise_pids()
+        row = ab_power.run_gate(matrix, combo, settings, trees, 0.0, 0.10, seed=0, plan=duet.plan("on", swap_s=0),
+                                restart_every=4, noise=noise)
+        row = {"combination": combo.id, "condition": "noisy" if noise else "quiet", **row,
+               "swap_s": args.swap, "alternating": "odd rounds exchange cores within the round"}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.out, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+    if not args.out.exists():
+        p.error(f"--out {args.out}: no such file; run without --show first")
+    for line in args.out.read_text(encoding="utf-8").splitlines():
+        show(json.loads(line))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
