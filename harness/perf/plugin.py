@@ -88,13 +88,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "(glue: FRACTION of the previous verification pass, spun outside every pass)")
     g.addoption("--perf-plant-slowdown", type=float, default=0.0, metavar="FRACTION",
                 help="check the gate itself: make what --perf-plant-into names FRACTION slower (e.g. 0.25)")
-    g.addoption("--perf-duet", choices=duet.CHOICES, default="auto",
-                help="A/B gate: run both arms' rounds at the same time, each on a core of its own with one thread, "
-                     "swapping cores every round (on), or in turn with every core each (off); auto: side by side "
-                     "where this process may use 2 cores, a GPU combination in turn (default)")
-    g.addoption("--perf-duet-swap", type=float, default=duet.SWAP_S, metavar="SECONDS",
-                help=f"A/B gate side by side: the arms also exchange cores every SECONDS within a round, so that "
-                     f"a spell of one core running slower falls on both (default {duet.SWAP_S:g}; 0: between rounds only)")
+    _add_duet(g)
     g.addoption("--perf-threads", choices=placement.CHOICES, default=placement.ONE,
                 help="stored-baseline gate: measure the host probe and the rounds with one thread pinned to one "
                      "core (one, default: steadier on a shared host) or with torch's threads on every core (all: "
@@ -116,6 +110,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="A/B gate: run the base arm in this environment with SPEC installed over it (a requirement "
                      "such as transformers==5.22.0, a local wheel, or a requirements file), built once into a "
                      "cached virtual environment; the results name both environments' versions")
+
+
+
+def _add_duet(g: pytest.OptionGroup) -> None:
+    """The A/B gate's side-by-side arms (harness/perf/ab/duet.py)."""
+    g.addoption("--perf-duet", choices=duet.CHOICES, default="auto",
+                help="A/B gate: run both arms' rounds at the same time, each on a core of its own with one thread, "
+                     "swapping cores every round (on), or in turn with every core each (off); auto: side by side "
+                     "where this process may use 2 cores, a GPU combination in turn (default)")
+    g.addoption("--perf-duet-swap", type=float, default=duet.SWAP_S, metavar="SECONDS",
+                help=f"A/B gate side by side: the arms also exchange cores every SECONDS within a round, so that "
+                     f"a spell of one core running slower falls on both (default {duet.SWAP_S:g}; 0: between rounds only)")
 
 
 # The options that had no --perf- prefix: still read under their old spelling, which says its new name once.
