@@ -126,3 +126,19 @@ def test_within_a_round_the_arms_exchange_cores_and_stop_when_it_ends():
         for child in children:
             child.kill()
             child.wait()
+
+
+def test_the_swap_study_splits_one_gates_rounds_by_setting_and_shows_the_kept_gate(capsys):
+    """benchmarks/duet_swap.py: the even rounds swapped between rounds only, the odd ones also within."""
+    from bench_scripts import script_module
+
+    with script_module("ab_power"), script_module("duet_swap") as study:
+        row = {"swap_s": 0.25, "ratios": {"plain_tokens_per_sec": [1.1, 1.0, 0.9, 1.0, 1.1, 1.0]}}
+        table = study.spreads(row)
+        assert list(table) == ["between rounds", "every 0.25 s"]
+        assert table["every 0.25 s"]["plain_tokens_per_sec"] == (0.0, 0.0)
+        assert table["between rounds"]["plain_tokens_per_sec"][0] > 0.08
+        kept = Path(study.__file__).parent / "data" / "duet_swap_avx2.jsonl"
+        assert study.main(["--out", str(kept), "--show"]) == 0
+    out = capsys.readouterr().out
+    assert "32 A/A rounds" in out and "every 0.25 s" in out and "plain_tokens_per_sec" in out
