@@ -167,6 +167,8 @@ def test_a_worker_answers_in_its_own_tree_and_leaves_nothing_behind():
     assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0  # gone
     with pytest.raises(ArmError, match="the worker is not running"):
         arm.request({"op": "hello"})
+    assert arm.failed and arm.log_path.exists()  # kept: the errors above named it
+    arm.log_path.unlink()
 
 
 def fake_tree(tmp_path: Path, body: str) -> revision.Tree:
@@ -220,8 +222,9 @@ def test_a_worker_dies_with_a_killed_controller_and_its_log_is_swept(tmp_path):
     controller.wait()
     assert wait_for(lambda: not Path(f"/proc/{pid}").exists(), 5), "the worker outlived its controller"
     assert Path(log_path).exists()
-    Arm("next", fake_tree(tmp_path, ""))  # a new arm sweeps what dead controllers left
+    following = Arm("next", fake_tree(tmp_path, ""))  # a new arm sweeps what dead controllers left
     assert not Path(log_path).exists()
+    following.discard_log()
 
 
 def test_a_worker_of_this_interpreter_keeps_its_pythonpath_another_environment_does_not(tmp_path, monkeypatch):
