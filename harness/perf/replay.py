@@ -69,6 +69,19 @@ def _with_null(field: str) -> Callable[[Any], Any]:
     return fill
 
 
+def _each_result(upgrade: Callable[[Any], Any]) -> Callable[[dict], dict]:
+    return lambda doc: {"results": [upgrade(r) for r in doc.get("results", [])]}
+
+
+# version -> what a results.json of that version gains to read as the next one
+_UPGRADES: dict[int, Callable[[dict], dict]] = {
+    2: lambda doc: {"provenance": None},                # before results recorded where they came from
+    3: _each_result(_without_phases),                   # before rounds recorded their phases
+    4: _each_result(_with_null("environments")),        # before A/B results named the arms' environments
+    5: _each_result(_with_null("swap_s")),              # before side-by-side arms exchanged cores within a round
+}
+
+
 @dataclass(frozen=True)
 class Recording:
     path: Path
@@ -82,17 +95,11 @@ class Recording:
         except ReplayError as exc:
             raise ReplayError(f"--perf-replay {exc} (give the results.json of a perf run)") from None
         version = doc.get("schema_version") if isinstance(doc, dict) else None
-        if version == 2:  # the same rounds, written before results recorded where they came from
-            doc, version = {**doc, "schema_version": 3, "provenance": None}, 3
-        if version == 3:  # the same rounds, written before rounds recorded their phases
-            doc, version = {**doc, "schema_version": 4, "results": [_without_phases(r) for r in doc.get("results", [])]}, 4
-        if version == 4:  # the same rounds, written before A/B results named the arms' environments
-            doc, version = {**doc, "schema_version": 5, "results": [_with_null("environments")(r) for r in doc.get("results", [])]}, 5
-        if version == 5:  # the same rounds, written before side-by-side arms exchanged cores within a round
-            doc = {**doc, "schema_version": SCHEMA_VERSION, "results": [_with_null("swap_s")(r) for r in doc.get("results", [])]}
-        elif version != SCHEMA_VERSION:
+        if type(version) is not int or version not in range(2, SCHEMA_VERSION + 1):
             raise ReplayError(f"--perf-replay {path}: schema_version {version!r}, this harness replays 2 to "
                               f"{SCHEMA_VERSION} (a results.json of an older harness has no rounds to replay)")
+        for older in range(version, SCHEMA_VERSION):  # each step: the same rounds, given what the next version added
+            doc = {**doc, "schema_version": older + 1, **_UPGRADES[older](doc)}
         jsonio.validate(doc, SCHEMA, f"--perf-replay {path}", ReplayError,
                         hint="give the results.json of a perf run of this harness version")
         gates = {}

@@ -12,6 +12,7 @@ not noise.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import random
@@ -190,10 +191,11 @@ class ABGate:
         cores = self._pin(index)
         for arm in self.arms.values():
             arm.send({"op": "round", "index": index})
-        pids = [arm.process.pid for arm in self.arms.values() if arm.process is not None]
-        if self.plan.swap_s is None or len(pids) != 2:
-            return {name: (arm.receive("round"), cores[name]) for name, arm in self.arms.items()}
-        with duet.Swapping((pids[0], pids[1]), (cores["base"], cores["candidate"]), self.plan.swap_s):
+        base, candidate = self.arms.values()
+        live = base.process is not None and candidate.process is not None  # recorded arms have no process to move
+        swapping = (duet.Swapping((base.process.pid, candidate.process.pid), (cores["base"], cores["candidate"]),
+                                  self.plan.swap_s) if self.plan.swap_s and live else contextlib.nullcontext())
+        with swapping:
             return {name: (arm.receive("round"), cores[name]) for name, arm in self.arms.items()}
 
     def compared_phases(self) -> list[str]:
@@ -261,7 +263,7 @@ class ABGate:
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,
                         self.counter_differences(), notes=[note] if note else [],
                         environments=environments if all(environments.values()) else None,
-                        swap_s=self.plan.swap_s if self.plan.duet else None)
+                        swap_s=self.plan.swap_s)
 
     def described(self, name: str) -> str:
         """An arm as results name it: its revision and commit, and its environment where it has its own."""
