@@ -134,3 +134,36 @@ def test_exact_counters():
     d = stats.compare_exact(base, changed)
     assert d.verdict == Outcome.REGRESSION and "p0 accepted: baseline 5, measured 4" in d.describe()
     assert "p1: measured, not in the baseline" in stats.compare_exact(base, {**base, "p1": base["p0"]}).describe()
+
+
+@pytest.mark.parametrize("p", [1e-6, 0.01, 0.2, 0.5, 0.8, 0.95, 0.975, 0.999, 1 - 1e-7])
+@pytest.mark.parametrize("df", [1.0, 2.5, 7, 31, 1e4, math.inf])
+def test_the_quantiles_are_scipy_stats_own(p, df):
+    """Both gates' quantiles come from scipy.special (the light import); they equal scipy.stats'."""
+    from scipy.stats import norm, t
+
+    from harness.perf import errorrates
+
+    assert errorrates.t_quantile(p, df) == pytest.approx(float(t.ppf(p, df)), rel=1e-12, abs=1e-12)
+    assert errorrates.normal_quantile(p) == pytest.approx(float(norm.ppf(p)), rel=1e-12, abs=1e-12)
+
+
+def test_a_verdict_does_not_import_scipy_stats():
+    """Importing scipy.stats costs seconds of every gate's process (docs/ci.md): a decision of
+    either gate and the calibrated tolerance run without it."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from harness.perf.ab import paired\n"
+            "from harness.perf.stored import stats\n"
+            "from harness.perf import errorrates\n"
+            "stats.compare_samples('speedup', [10.0, 10.2, 9.9, 10.1], [9.0, 9.1, 8.9, 9.2], 0.1)\n"
+            "paired.decide('speedup', [0.99, 1.01, 0.98, 1.02], paired.Design(tolerance=0.1, tests=3, looks=4),"
+            " at_cap=False)\n"
+            "stats.calibrated_tolerance([10.0, 10.2, 9.9, 10.1], cap=8)\n"
+            "errorrates.geometric_interval([1.0, 1.1, 0.9])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('scipy.stats')))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", r.stdout

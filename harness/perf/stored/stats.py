@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.perf.errorrates import split, t_quantile
+from harness.perf.errorrates import normal_quantile, split, t_quantile
 from harness.perf.outcome import Outcome
 
 DEFAULT_ALPHA = 0.01  # one-sided error rate of each decision, split over the looks at the data
@@ -146,13 +146,11 @@ def calibrated_tolerance(samples: Sequence[float], *, cap: int, alpha: float = D
     logs = _logs(samples)
     if len(logs) < 2:
         return floor
-    from scipy.stats import norm
-
     sd, n = statistics.stdev(logs), len(logs)
     vs, vd = sd * sd * (1 / n + 1 / cap), 2 * drift * drift
     parts = (sd * sd / n) ** 2 / (n - 1) + (sd * sd / cap) ** 2 / (cap - 1)
     df = vs ** 2 / parts if parts > 0 else n + cap - 2
-    half = (t_quantile(1 - alpha, df) + float(norm.ppf(1 - beta))) * math.sqrt(vs + vd)
+    half = (t_quantile(1 - alpha, df) + normal_quantile(1 - beta)) * math.sqrt(vs + vd)
     tol = 2 * (1 - math.exp(-half))
     return min(ceiling, max(floor, math.ceil(tol * 100) / 100))
 
