@@ -136,7 +136,7 @@ def same_looks(gate: dict, settings: PerfSettings) -> bool:
 
 
 def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, restart_every, noise, into="target",
-             environments=None) -> dict:
+             environments=None, gate_class: type[ABGate] = ABGate) -> dict:
     base, candidate = trees
     base_env, candidate_env = environments or (None, None)
     planted = level and into != ENV  # env:F is planted in the candidate's environment, not by its worker
@@ -152,9 +152,9 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
         print(f"  round {done} ({(time.perf_counter() - start) / 60:.1f} min)", file=sys.stderr, flush=True)
 
     ab = ABSettings(tolerance=tolerance, seed=seed, restart_every=restart_every)
-    result = ABGate(combo, settings, Arm("base", base, env=plan.env(), environment=base_env),
-                    Arm("candidate", candidate, env=plan.env(), environment=candidate_env),
-                    load_request, ab, guard=LoadGuard(noise=noise), plan=plan).run(progress)
+    result = gate_class(combo, settings, Arm("base", base, env=plan.env(), environment=base_env),
+                        Arm("candidate", candidate, env=plan.env(), environment=candidate_env),
+                        load_request, ab, guard=LoadGuard(noise=noise), plan=plan).run(progress)
     return {"level": level, "into": into, "tolerance": tolerance, "outcome": result.outcome.value, "rounds": result.rounds, "redone": result.redone,
             "restart_every": ab.restart_every, "looks": looks_of(settings), "mode": result.mode, "swap_s": result.swap_s,
             "cpu_class": matrix.cpu_class,

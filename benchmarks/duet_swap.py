@@ -81,10 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         combo = ab_power.combination(matrix, args.pair, settings)
         repo = revision.repository_root(ab_power.REPO)
         trees = (revision.checkout(repo, "HEAD"), revision.working_tree(repo))
-        ab_power.ABGate = alternating(args.swap)
         noise = noise_pids()
         row = ab_power.run_gate(matrix, combo, settings, trees, 0.0, 0.10, seed=0, plan=duet.plan("on", swap_s=0),
-                                restart_every=4, noise=noise)
+                                restart_every=4, noise=noise, gate_class=alternating(args.swap))
         row = {"combination": combo.id, "condition": "noisy" if noise else "quiet", **row,
                "swap_s": args.swap, "alternating": "odd rounds exchange cores within the round"}
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -112,7 +112,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "cached virtual environment; the results name both environments' versions")
 
 
-
 def _add_duet(g: pytest.OptionGroup) -> None:
     """The A/B gate's side-by-side arms (harness/perf/ab/duet.py)."""
     g.addoption("--perf-duet", choices=duet.CHOICES, default="auto",
