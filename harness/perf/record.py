@@ -48,7 +48,7 @@ class Round:
     counters: dict[str, dict[str, int]]  # prompt id -> greedy counters (COUNTERS) of its assisted run
     cpu_s: float | None = None           # CPU time the arm's process used in the round
     wall_s: float | None = None          # the round's wall time
-    cpu: int | None = None               # the core the arm was pinned to (side-by-side rounds), else None
+    cpu: int | None = None               # side by side: the core the round started on (swap_s: cores alternate); else None
     phases: dict[str, PhaseCost] | None = None  # the round's passes by phase (ROUND_PHASES); None: untimed, or an older worker
     acceptance_by_position: list[float] | None = None  # drafted position i -> share of steps keeping it
 
