@@ -110,7 +110,7 @@ def fuse(layers: list[nn.Module]) -> nn.Module:
                                             torch.zeros(layer.out_features, dtype=weight.dtype) for layer in layers]))
         return fused.eval()
     if all(_dynamic_int8(layer) for layer in layers):
-        # unpacked once (about 10 ms a layer of the 0.5B draft on one thread), for the check and the packing
+        # unpacked once, for the check and the packing: unpacking copies the whole weight
         unpacked = [layer._packed_params._weight_bias() for layer in layers]
         if all(weight.qscheme() == torch.per_channel_affine for weight, _ in unpacked):
             return _packed_int8(unpacked)
