@@ -1,11 +1,13 @@
-"""Does exchanging the arms' cores within a round steady the A/B gate? One A/A gate of a fixed
-number of rounds, side by side, in which the even rounds swap cores between rounds only
-(`--perf-duet-swap 0`) and the odd rounds also exchange them every SWAP seconds: both settings meet
-the same hour of the host, and the same worker pairs (restarted every 4 rounds). Appends the gate's
-row (benchmarks/ab_power.py's row, plus `swap_s` and `alternating`) to --out, then prints per metric
-and gated phase the per-round spread (sd) and mean of ln(candidate/base) under each setting.
+"""Does exchanging the arms' cores within a round steady the A/B gate, and how often? One A/A gate
+of a fixed number of rounds, side by side, in which the even rounds swap cores between rounds only
+(`--perf-duet-swap 0`), or every --even-swap seconds, and the odd rounds exchange them every --swap
+seconds: both settings meet the same hour of the host, and the same worker pairs (restarted every
+4 rounds). Appends the gate's row (benchmarks/ab_power.py's row, plus `swap_s`, `even_swap_s` and
+`alternating`) to --out, then prints per metric and gated phase the per-round spread (sd) and mean
+of ln(candidate/base) under each setting.
 
     python benchmarks/duet_swap.py --swap 0.25 --rounds 32 --out benchmarks/data/duet_swap_avx2.jsonl
+    python benchmarks/noisy_host.py --duty 0.3 --burst-ms 200 -- python benchmarks/duet_swap.py --swap 0.05 --even-swap 0.25 --rounds 32 --out benchmarks/data/duet_swap_avx512-bf16.jsonl
     python benchmarks/duet_swap.py --out benchmarks/data/duet_swap_avx2.jsonl --show   # the kept rows
 """
 
@@ -27,14 +29,14 @@ from harness.perf.combinations import PerfSettings
 from harness.workload import registry
 
 
-def alternating(swap_s: float) -> type[ABGate]:
-    """An ABGate whose odd rounds exchange cores every swap_s seconds and whose even rounds do not."""
-    between = duet.plan("on", swap_s=0)
-    within = duet.plan("on", swap_s=swap_s)
-
+def alternating(swap_s: float, even_swap_s: float = 0.0) -> type[ABGate]:
+    """An ABGate whose odd rounds exchange cores every swap_s seconds and whose even rounds every
+    even_swap_s seconds (0: between rounds only)."""
     class Alternating(ABGate):
+        plans = (duet.plan("on", swap_s=even_swap_s), duet.plan("on", swap_s=swap_s))  # even rounds, odd rounds
+
         def _side_by_side(self, index):
-            self.plan = within if index % 2 else between
+            self.plan = self.plans[index % 2]
             return super()._side_by_side(index)
 
     return Alternating
@@ -43,7 +45,8 @@ def alternating(swap_s: float) -> type[ABGate]:
 def spreads(row: dict) -> dict[str, dict[str, tuple[float, float]]]:
     """Per setting, per metric: (sd, mean) of the per-round ln(candidate/base)."""
     out = {}
-    for name, parity in (("between rounds", 0), (f"every {row['swap_s']:g} s", 1)):
+    even = row.get("even_swap_s") or 0
+    for name, parity in ((f"every {even:g} s" if even else "between rounds", 0), (f"every {row['swap_s']:g} s", 1)):
         out[name] = {}
         for m, ratios in row["ratios"].items():
             logs = [math.log(v) for i, v in enumerate(ratios) if i % 2 == parity]
@@ -65,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pair", default="qwen-coder-1.5b+0.5b")
     p.add_argument("--swap", type=float, default=duet.SWAP_S, metavar="SECONDS", help="the odd rounds' period")
+    p.add_argument("--even-swap", type=float, default=0.0, metavar="SECONDS",
+                   help="the even rounds' period (default 0: they swap cores between rounds only)")
     p.add_argument("--rounds", type=int, default=32, help="rounds of the gate, all run (at least 4, even)")
     p.add_argument("--out", type=Path, required=True, help="JSON lines: one row a gate, appended")
     p.add_argument("--show", action="store_true", help="print the kept rows only")
@@ -72,10 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 4 or args.rounds % 2:
         p.error(f"--rounds {args.rounds}: an even number, at least 4")
     if not args.show:
-        try:
-            duet.plan("on", swap_s=args.swap)
-        except duet.DuetError as exc:
-            p.error(str(exc).replace(duet.SWAP_OPTION, "--swap"))
+        for flag, period in (("--swap", args.swap), ("--even-swap", args.even_swap)):
+            try:
+                duet.plan("on", swap_s=period)
+            except duet.DuetError as exc:
+                p.error(str(exc).replace(duet.SWAP_OPTION, flag))
         matrix = registry.load_matrix()
         settings = dataclasses.replace(PerfSettings.from_matrix(matrix), rounds=args.rounds, max_rounds=args.rounds)
         combo = ab_power.combination(matrix, args.pair, settings)
@@ -83,9 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         trees = (revision.checkout(repo, "HEAD"), revision.working_tree(repo))
         noise = noise_pids()
         row = ab_power.run_gate(matrix, combo, settings, trees, 0.0, 0.10, seed=0, plan=duet.plan("on", swap_s=0),
-                                restart_every=4, noise=noise, gate_class=alternating(args.swap))
+                                restart_every=4, noise=noise,
+                                gate_class=alternating(args.swap, args.even_swap))
         row = {"combination": combo.id, "condition": "noisy" if noise else "quiet", **row,
-               "swap_s": args.swap, "alternating": "odd rounds exchange cores within the round"}
+               "swap_s": args.swap, "even_swap_s": args.even_swap,
+               "alternating": "odd rounds exchange cores every swap_s seconds, even rounds every even_swap_s "
+                              "(0: between rounds only)"}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
