@@ -124,8 +124,8 @@ def test_a_live_gate_runs_end_to_end_and_its_replay_decides_the_same(tiny, tmp_p
     assert all(rec["decisions"][p]["cost"] for p in ("target_step", "verify", "draft_step", "overhead"))
     assert rec["ab"]["behaviour_changes"] == []  # one code, one behaviour: greedy counters equal
     # side by side (--perf-duet auto on 2 cores): one core per arm, swapped every round, exchanged
-    # every quarter second within it (each round's `cpu` is the core it started on)
-    assert rec["ab"]["swap_s"] == (0.25 if rec["ab"]["mode"] == "duet" else None)
+    # every twentieth of a second within it (each round's `cpu` is the core it started on)
+    assert rec["ab"]["swap_s"] == (0.05 if rec["ab"]["mode"] == "duet" else None)
     if rec["ab"]["mode"] == "duet":
         cores = [(c["cpu"], b["cpu"]) for c, b in zip(rec["rounds"], rec["ab"]["base_rounds"])]
         assert all(c != b for c, b in cores) and cores[0] == cores[1][::-1], cores

@@ -33,15 +33,15 @@ def test_side_by_side_arms_swap_cores_every_round_with_one_thread_each():
     assert duet.plan("off", [0, 1]).core(0, 0) is None
 
 
-def test_within_a_round_the_arms_exchange_cores_every_quarter_second_unless_told_otherwise():
+def test_within_a_round_the_arms_exchange_cores_every_twentieth_of_a_second_unless_told_otherwise():
     p = duet.plan("on", [0, 1])
-    assert p.swap_s == duet.SWAP_S == 0.25 and p.reason.endswith("swapping every round, and every 0.25 s within a round")
+    assert p.swap_s == duet.SWAP_S == 0.05 and p.reason.endswith("swapping every round, and every 0.05 s within a round")
     once = duet.plan("auto", [0, 1], swap_s=0)
     assert once.swap_s is None and once.reason.endswith("swapping every round (--perf-duet-swap 0)")
     assert duet.plan("off", [0, 1], swap_s=1.0).swap_s is None  # in turn: nothing to exchange
     for bad in (-1, 0.01, float("nan")):
         with pytest.raises(duet.DuetError, match=r"^--perf-duet-swap .*: give 0 \(swap cores between rounds only\) or "
-                                                 r"a period of at least 0.05 seconds \(default 0.25\)$"):
+                                                 r"a period of at least 0.05 seconds \(default 0.05\)$"):
             duet.plan("auto", [0, 1], swap_s=bad)
 
 

@@ -27,7 +27,7 @@ from harness.core.errors import UnsupportedHereError
 OPTION = "--perf-duet"
 SWAP_OPTION = "--perf-duet-swap"
 CHOICES = ("on", "off", "auto")
-SWAP_S = 0.25       # the default period of the exchange within a round, as measured
+SWAP_S = 0.05       # the default period of the exchange within a round (docs/perf-gate.md, "Side by side (duet)")
 MIN_SWAP_S = 0.05   # shorter: the controller's wake-ups and the moves start to cost the arms
 DUET, INTERLEAVED = "duet", "interleaved"
 # The thread pools a worker may start, each held to one thread: torch's intra-op pool reads

@@ -4,6 +4,7 @@ library only; an environment in which a worker cannot import torch or transforme
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import json
 import re
@@ -22,7 +23,6 @@ def installed() -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
-
+    for module in ("torch", "transformers"):  # what a worker imports first: an environment without them fails here
+        importlib.import_module(module)
     print(json.dumps(installed()))
