@@ -33,10 +33,10 @@ def alternating(swap_s: float, even_swap_s: float = 0.0) -> type[ABGate]:
     """An ABGate whose odd rounds exchange cores every swap_s seconds and whose even rounds every
     even_swap_s seconds (0: between rounds only)."""
     class Alternating(ABGate):
-        plans = (duet.plan("on", swap_s=even_swap_s), duet.plan("on", swap_s=swap_s))  # even rounds, odd rounds
+        periods = (even_swap_s or None, swap_s or None)  # even rounds, odd rounds (None: between rounds only)
 
         def _side_by_side(self, index):
-            self.plan = self.plans[index % 2]
+            self.plan = dataclasses.replace(self.plan, swap_s=self.periods[index % 2])
             return super()._side_by_side(index)
 
     return Alternating
