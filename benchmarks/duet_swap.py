@@ -29,14 +29,13 @@ from harness.perf.combinations import PerfSettings
 from harness.workload import registry
 
 
-def alternating(swap_s: float, even_swap_s: float = 0.0) -> type[ABGate]:
-    """An ABGate whose odd rounds exchange cores every swap_s seconds and whose even rounds every
-    even_swap_s seconds (0: between rounds only)."""
+def alternating(even: duet.Plan, odd: duet.Plan) -> type[ABGate]:
+    """An ABGate whose even rounds run under plan `even` and whose odd rounds under plan `odd`."""
     class Alternating(ABGate):
-        periods = (even_swap_s or None, swap_s or None)  # even rounds, odd rounds (None: between rounds only)
+        plans = (even, odd)
 
         def _side_by_side(self, index):
-            self.plan = dataclasses.replace(self.plan, swap_s=self.periods[index % 2])
+            self.plan = self.plans[index % 2]
             return super()._side_by_side(index)
 
     return Alternating
@@ -77,9 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 4 or args.rounds % 2:
         p.error(f"--rounds {args.rounds}: an even number, at least 4")
     if not args.show:
-        for flag, period in (("--swap", args.swap), ("--even-swap", args.even_swap)):
+        plans = []  # even rounds, odd rounds
+        for flag, period in (("--even-swap", args.even_swap), ("--swap", args.swap)):
             try:
-                duet.plan("on", swap_s=period)
+                plans.append(duet.plan("on", swap_s=period))
             except duet.DuetError as exc:
                 p.error(str(exc).replace(duet.SWAP_OPTION, flag))
         matrix = registry.load_matrix()
@@ -88,9 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         repo = revision.repository_root(ab_power.REPO)
         trees = (revision.checkout(repo, "HEAD"), revision.working_tree(repo))
         noise = noise_pids()
-        row = ab_power.run_gate(matrix, combo, settings, trees, 0.0, 0.10, seed=0, plan=duet.plan("on", swap_s=0),
-                                restart_every=4, noise=noise,
-                                gate_class=alternating(args.swap, args.even_swap))
+        row = ab_power.run_gate(matrix, combo, settings, trees, 0.0, 0.10, seed=0, plan=plans[0],
+                                restart_every=4, noise=noise, gate_class=alternating(*plans))
         row = {"combination": combo.id, "condition": "noisy" if noise else "quiet", **row,
                "swap_s": args.swap, "even_swap_s": args.even_swap,
                "alternating": "odd rounds exchange cores every swap_s seconds, even rounds every even_swap_s "

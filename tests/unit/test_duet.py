@@ -141,8 +141,9 @@ def test_the_swap_study_splits_one_gates_rounds_by_setting_and_shows_the_kept_ga
         two_periods = study.spreads({**row, "swap_s": 0.05, "even_swap_s": 0.25})
         assert list(two_periods) == ["every 0.25 s", "every 0.05 s"]
         assert two_periods["every 0.05 s"]["plain_tokens_per_sec"] == (0.0, 0.0)
-        assert study.alternating(0.05, 0.25).periods == (0.25, 0.05)
-        assert study.alternating(0.25).periods == (None, 0.25)
+        even, odd = duet.plan("on", [0, 1], swap_s=0.25), duet.plan("on", [0, 1], swap_s=0.05)
+        assert [plan.swap_s for plan in study.alternating(even, odd).plans] == [0.25, 0.05]
+        assert [plan.swap_s for plan in study.alternating(duet.plan("on", [0, 1], swap_s=0), odd).plans] == [None, 0.05]
         kept = Path(study.__file__).parent / "data" / "duet_swap_avx2.jsonl"
         assert study.main(["--out", str(kept), "--show"]) == 0
     out = capsys.readouterr().out

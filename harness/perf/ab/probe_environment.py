@@ -4,8 +4,7 @@ library only; an environment in which a worker cannot import torch or transforme
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
+import importlib.metadata  # binds importlib too
 import json
 import re
 import sys
