@@ -14,7 +14,9 @@ With a command after `--`, the neighbour runs it, with HARNESS_NOISY_HOST naming
 in its environment (the A/B gate's load guard then counts their CPU as noise the gate must face,
 not as a disturbance to measure again), and stops when the command ends; its exit status is the
 command's. The load never outlives its run: it ends on exit, Ctrl-C, SIGTERM, and (through the
-kernel's parent-death signal) when this process is killed.
+kernel's parent-death signal) when this process is killed. The command runs in a process group of its
+own: a stop, whether sent to this process or to its whole group, reaches it once, as SIGTERM from
+here, so its own clean-up runs to the end (or from the kernel, when this process is killed outright).
 """
 
 from __future__ import annotations
@@ -89,11 +91,11 @@ def cores(spec: str | None) -> list[int]:
     return chosen
 
 
-def die_with_parent(parent: int) -> None:
-    """Linux: the kernel sends SIGKILL to this process when its parent dies, however it dies; and if
+def stop_with_parent(parent: int, signum: int = signal.SIGKILL) -> None:
+    """Linux: the kernel sends `signum` to this process when its parent dies, however it dies; and if
     the parent died before that was set (this process then has another parent), end now."""
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, int(signum))
     except OSError:
         pass
     if os.getppid() != parent:
@@ -102,7 +104,7 @@ def die_with_parent(parent: int) -> None:
 
 def load(core: int, duty: float, burst_ms: float, memory_mb: int, seed: int, parent: int) -> None:
     """One core's load, until killed: bursts of streaming copies, gaps of sleep."""
-    die_with_parent(parent)
+    stop_with_parent(parent)
     os.sched_setaffinity(0, {core})
     rng = random.Random(seed * 1009 + core)
     size = max(1, memory_mb) * (1 << 20)
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C too, set here: a process started in the background by a shell inherits SIGINT ignored
     # and Python then leaves it so
     signal.signal(signal.SIGINT, stop)
-    code, child = 0, None
+    code, child, parent = 0, None, os.getpid()
     try:
         neighbour.start()
         if command:
@@ -178,7 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             # a signal between the fork and Popen's return would leave a command no one stops
             starting["now"] = True
             try:
-                child = subprocess.Popen(command, env=env)
+                # its own process group: a stop sent to ours (a cancelled job, `kill -- -PGID`) reaches
+                # the command once, forwarded below, not twice (a second SIGTERM cuts its clean-up
+                # short: harness/core/termination.py); and SIGTERM if this process dies outright
+                child = subprocess.Popen(command, env=env, process_group=0,
+                                         preexec_fn=lambda: stop_with_parent(parent, signal.SIGTERM))
             finally:
                 starting["now"] = False
             if starting["stop"]:

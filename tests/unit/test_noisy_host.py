@@ -123,3 +123,45 @@ def test_the_load_guard_counts_a_named_neighbour_as_the_gates_own():
     assert noise_pids({NOISE_ENV: "12, 34"}) == (12, 34) and noise_pids({}) == ()
     with pytest.raises(HarnessError, match=f"{NOISE_ENV}='12,x': give the noisy neighbour's process ids"):
         noise_pids({NOISE_ENV: "12,x"})
+
+
+# a command with a clean-up, as harness/core/termination.py makes one: the first SIGTERM starts it,
+# a second kills outright (what a clean-up cut short looks like: no "cleaned" line)
+CLEANS_UP = """
+import os, signal, sys, time
+def stop(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    time.sleep(1.0)
+    open(sys.argv[1], "a").write("cleaned\\n")
+    raise SystemExit(143)
+signal.signal(signal.SIGTERM, stop)
+open(sys.argv[1] + ".pid", "w").write(str(os.getpid()))
+open(sys.argv[1], "a").write("started\\n")
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to the neighbour's process group", "SIGKILL to the neighbour alone"])
+def test_the_command_is_stopped_once_and_its_clean_up_runs_to_the_end(tmp_path, how):
+    """A cancelled CI job signals the whole process group; the command must not also get the
+    neighbour's own SIGTERM on top, which would cut its clean-up (closing A/B workers) short. A
+    neighbour killed outright still stops its command, which cleans up."""
+    marks = tmp_path / "marks"
+    neighbour = subprocess.Popen([sys.executable, str(SCRIPT), *QUICK, "--", sys.executable, "-c", CLEANS_UP, str(marks)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert wait_for(lambda: marks.exists() and "started" in marks.read_text())
+        if how.startswith("SIGTERM"):
+            os.killpg(neighbour.pid, signal.SIGTERM)
+        else:
+            neighbour.kill()
+        neighbour.wait(timeout=60)
+        assert wait_for(lambda: "cleaned" in marks.read_text(), seconds=30), f"{how}: {marks.read_text()!r}"
+        assert marks.read_text().split() == ["started", "cleaned"]
+    finally:
+        if neighbour.poll() is None:
+            neighbour.kill()
+            neighbour.wait()
+        command = tmp_path / "marks.pid"
+        if command.exists() and alive(pid := int(command.read_text())):  # a failed run: leave no process
+            os.kill(pid, signal.SIGKILL)
