@@ -1,7 +1,8 @@
 """The noisy neighbour (benchmarks/noisy_host.py): options out of range are one line naming the
 option; its load runs while its command does, is named to the command in HARNESS_NOISY_HOST, and
-never outlives the run (command ended, SIGTERM, Ctrl-C, or the neighbour killed outright); the A/B
-gate's load guard counts the named load as the gate's own."""
+never outlives the run (command ended, SIGTERM, Ctrl-C, or the neighbour killed outright); the
+command is stopped once, so its own clean-up runs to the end; the A/B gate's load guard counts the
+named load as the gate's own."""
 
 from __future__ import annotations
 
