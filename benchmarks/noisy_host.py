@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             starting["now"] = True
             try:
                 # its own process group: a stop sent to ours (a cancelled job, `kill -- -PGID`) reaches
-                # the command once, forwarded below, not twice (a second SIGTERM cuts its clean-up
-                # short: harness/core/termination.py); and SIGTERM if this process dies outright
+                # the command once, forwarded below, not twice, whatever the command makes of a
+                # second; and SIGTERM if this process dies outright
                 child = subprocess.Popen(command, env=env, process_group=0,
                                          preexec_fn=lambda: stop_with_parent(parent, signal.SIGTERM))
             finally:

@@ -107,6 +107,7 @@ def test_a_second_sigterm_kills_outright_and_a_handler_of_the_caller_is_kept():
     time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
     assert proc.stdout.readline().strip() == "cleaning"
+    time.sleep(termination.DUPLICATE_S + 0.5)  # sooner is the first stop delivered twice (the test below)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == -signal.SIGTERM
     # where the caller already handles SIGTERM, its handler stays in charge
@@ -117,3 +118,29 @@ def test_a_second_sigterm_kills_outright_and_a_handler_of_the_caller_is_kept():
             assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_same_stop_delivered_twice_lets_the_clean_up_run_to_the_end():
+    """A cancelled `make` job: SIGTERM reaches the whole process group, and make passes it on to its
+    job too, so the job gets two at once. The second must not cut its clean-up short."""
+    script = ("import time; from harness.core import termination\n"
+              "with termination.sigterm_as_interrupt():\n"
+              "    try:\n"
+              "        time.sleep(60)\n"
+              "    finally:\n"
+              "        print('cleaning', flush=True)\n"
+              "        time.sleep(1.0)\n"
+              "        print('cleaned', flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        first = proc.stdout.readline()
+        proc.send_signal(signal.SIGTERM)  # the forwarded copy, while the clean-up runs
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (first + out).split() == ["cleaning", "cleaned"], first + out
+    assert proc.returncode != -signal.SIGTERM, "the second delivery killed the process during its clean-up"
