@@ -5,6 +5,7 @@ both die at once and leave their folders and logs to the next run's sweep, which
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness.core.childenv import python_path
@@ -95,21 +97,36 @@ def test_sigterm_of_pytest_closes_a_busy_worker_and_removes_its_log(tmp_path):
     assert not Path(log_path).exists(), "the worker's log was left for the next sweep"
 
 
-def test_a_second_sigterm_kills_outright_and_a_handler_of_the_caller_is_kept():
-    script = ("import signal, time; from harness.core import termination\n"
+@contextlib.contextmanager
+def interrupted_child(clean_s: float) -> Iterator[tuple[subprocess.Popen, str]]:
+    """A child under `sigterm_as_interrupt` whose clean-up prints "cleaning", takes `clean_s` and
+    prints "cleaned", sent one SIGTERM once it sleeps: yields it with the first line it printed.
+    It is killed on the way out if it still runs."""
+    script = ("import time; from harness.core import termination\n"
               "with termination.sigterm_as_interrupt():\n"
               "    try:\n"
               "        time.sleep(60)\n"
               "    finally:\n"
               "        print('cleaning', flush=True)\n"
-              "        time.sleep(60)\n")
+              f"        time.sleep({clean_s})\n"
+              "        print('cleaned', flush=True)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.stdout.readline().strip() == "cleaning"
-    time.sleep(termination.DUPLICATE_S + 0.5)  # sooner is the first stop delivered twice (the test below)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=10) == -signal.SIGTERM
+    try:
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        yield proc, proc.stdout.readline()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_second_sigterm_kills_outright_and_a_handler_of_the_caller_is_kept():
+    with interrupted_child(60) as (proc, first):
+        assert first.strip() == "cleaning"
+        time.sleep(termination.DUPLICATE_S + 0.5)  # sooner is the first stop delivered twice (the test below)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == -signal.SIGTERM
     # where the caller already handles SIGTERM, its handler stays in charge
     mine = lambda signum, frame: None  # noqa: E731
     previous = signal.signal(signal.SIGTERM, mine)
@@ -123,24 +140,8 @@ def test_a_second_sigterm_kills_outright_and_a_handler_of_the_caller_is_kept():
 def test_the_same_stop_delivered_twice_lets_the_clean_up_run_to_the_end():
     """A cancelled `make` job: SIGTERM reaches the whole process group, and make passes it on to its
     job too, so the job gets two at once. The second must not cut its clean-up short."""
-    script = ("import time; from harness.core import termination\n"
-              "with termination.sigterm_as_interrupt():\n"
-              "    try:\n"
-              "        time.sleep(60)\n"
-              "    finally:\n"
-              "        print('cleaning', flush=True)\n"
-              "        time.sleep(1.0)\n"
-              "        print('cleaned', flush=True)\n")
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    try:
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGTERM)
-        first = proc.stdout.readline()
+    with interrupted_child(1.0) as (proc, first):
         proc.send_signal(signal.SIGTERM)  # the forwarded copy, while the clean-up runs
         out, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert (first + out).split() == ["cleaning", "cleaned"], first + out
     assert proc.returncode != -signal.SIGTERM, "the second delivery killed the process during its clean-up"
