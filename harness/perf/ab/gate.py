@@ -5,9 +5,9 @@ a random order; the load guard redoes a round pair that another process disturbe
 `restart_every` rounds both workers are restarted (and warmed up again), so that no single
 process, lucky or unlucky in its memory placement, decides the gate. After `rounds`, then every
 `batch` rounds up to `cap`, the paired statistics (harness/perf/ab/paired.py) decide each metric;
-the gate stops when one regressed or all are decided. Greedy counters (drafted, accepted, target
-forwards per prompt) are compared exactly between the arms: a difference is a behaviour change,
-not noise.
+the gate stops when one regressed or all are decided, unless a phase is still a suspect (`_settled`).
+Greedy counters (drafted, accepted, target forwards per prompt) are compared exactly between the
+arms: a difference is a behaviour change, not noise.
 """
 
 from __future__ import annotations
@@ -247,21 +247,21 @@ class ABGate:
                     index += 1
                     if progress:
                         progress(index, decisions)
-                decisions = self.decisions(at_cap=index >= s.max_rounds)
+                decisions = standing(decisions, self.decisions(at_cap=index >= s.max_rounds))
                 if index >= s.max_rounds or _settled(decisions):
                     break
                 if index >= self.cap:  # a recording that ends before its gate decided: its cap
-                    decisions = self.decisions(at_cap=True)
+                    decisions = standing(decisions, self.decisions(at_cap=True))
                     break
         except BaseException:  # an error or an interrupt: a worker mid-request is killed, not asked to quit
             self.close(ask=False)
             raise
         self.close()
-        note = self.phase_note()
+        notes = [n for n in (self.phase_note(), located(decisions, index)) if n]
         environments = {name: arm.environment for name, arm in self.arms.items()}
         return ABResult(self.combo.id, self.described("base"), self.described("candidate"), decisions,
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,
-                        self.counter_differences(), notes=[note] if note else [],
+                        self.counter_differences(), notes=notes,
                         environments=environments if all(environments.values()) else None,
                         swap_s=self.plan.swap_s)
 
@@ -289,6 +289,33 @@ def suspect(d: paired.PairedDecision) -> bool:
 
 
 def _settled(decisions: dict[str, paired.PairedDecision]) -> bool:
-    """The gate may stop: tokens/s settled (or anything regressed) and no phase is a suspect."""
-    verdicts = gating(decisions)
-    return Outcome.REGRESSION in verdicts or (settled(verdicts) and not any(suspect(d) for d in decisions.values()))
+    """The gate may stop: a phase regressed (the slowdown is found and named), or tokens/s settled
+    (a regression among them too) and no phase is a suspect. So a tokens/s regression whose phase is
+    still a suspect keeps the gate looking, up to its cap, to name the phase; its call stands (`standing`)."""
+    if any(d.cost and d.verdict == Outcome.REGRESSION for d in decisions.values()):
+        return True
+    return settled(gating(decisions)) and not any(suspect(d) for d in decisions.values())
+
+
+def standing(earlier: dict[str, paired.PairedDecision] | None,
+             now: dict[str, paired.PairedDecision]) -> dict[str, paired.PairedDecision]:
+    """This look's decisions, except that a REGRESSION called at an earlier look stands. The
+    false-alarm family already spends its alpha on every look, so a call made at any look is made at
+    the stated rate; the looks after it only locate the phase, and must not take the call back."""
+    if not earlier:
+        return now
+    return {m: earlier[m] if m in earlier and earlier[m].verdict == Outcome.REGRESSION
+            and d.verdict != Outcome.REGRESSION else d for m, d in now.items()}
+
+
+def located(decisions: dict[str, paired.PairedDecision], rounds: int) -> str | None:
+    """One line where a regression was called before the gate's last look: the gate went on only to
+    name the phase."""
+    early = [m for m, d in decisions.items() if d.verdict == Outcome.REGRESSION and d.rounds < rounds]
+    if not early:
+        return None
+    at = min(decisions[m].rounds for m in early)
+    named = [m for m, d in decisions.items() if d.cost and d.verdict == Outcome.REGRESSION]
+    found = f"it is {', '.join(named)}" if named else "none became significant"
+    return (f"{', '.join(early)} regressed after {at} rounds; the gate went on to {rounds} rounds only to name the "
+            f"phase that moved, as one was slower than the threshold but not yet significant: {found}")
