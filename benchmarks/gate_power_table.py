@@ -29,7 +29,7 @@ from pathlib import Path
 import ab_power
 from harness.core.jsonio import atomic_write_text
 from harness.machine import capability
-from harness.perf import combinations
+from harness.perf import combinations, replay
 from harness.perf.ab.gate import ABSettings
 from harness.perf.combinations import PerfSettings
 from harness.perf.plant import ASSISTED_ONLY, PHASE_OF, PLANT_INTO
@@ -166,14 +166,32 @@ def names_phase(level: Level) -> str | None:
     return PHASE_OF[into] if fraction and into in ASSISTED_ONLY else None
 
 
-def outcomes(gates: list[dict], level: Level) -> str:
+def outcomes(gates: list[dict], level: Level, stopped_sooner: int = 0) -> str:
     counts = {o: sum(g["outcome"] == o for g in gates) for o in ("regression", "pass", "undecided")}
     text = ", ".join(f"{n} {o.upper()}" for o, n in counts.items() if n)
     phase = names_phase(level)
     recorded = [g for g in gates if g["outcome"] == "regression" and phase in g.get("verdicts", {})]
     if phase and recorded:
         text += f" ({sum(g['verdicts'][phase] == 'regression' for g in recorded)} naming `{phase}`)"
+    if stopped_sooner:
+        text += f"; {stopped_sooner} more not counted: an earlier rule stopped them where today's gate looks again"
     return text
+
+
+def replay_setup(group: Group) -> tuple[combinations.Combination, PerfSettings, ABSettings]:
+    """The combination, settings (the group's looks) and tolerance the group's gates are replayed at."""
+    matrix = registry.load_matrix(cpu_class=group.cpu_class if group.cpu_class in capability.CLASSES else None)
+    first, batch, cap = group.looks
+    settings = dataclasses.replace(PerfSettings.from_matrix(matrix), rounds=first, batch=batch, max_rounds=cap)
+    combo = combinations.of_pair(matrix, group.pair, settings, given_by="benchmarks/gate_power_table.py")
+    return combo, settings, ABSettings(tolerance=group.tolerance)
+
+
+def stopped_sooner(row: dict, setup: tuple[combinations.Combination, PerfSettings, ABSettings]) -> bool:
+    """Today's gate, replayed on the row's rounds, would have looked again after its last one: the
+    gate stopped under an earlier stopping rule, and its outcome is not today's gate's."""
+    arms = [replay.RecordedArm(arm, f"recorded {arm}", replay.power_row_rounds(row, arm)) for arm in ("base", "candidate")]
+    return replay.ab_gate(*setup, *arms).run().cut_short
 
 
 def decided_at(gates: list[dict]) -> str:
@@ -234,11 +252,7 @@ def resampled_cell(group: Group, pool: list[dict], kept: dict) -> str:
 def resample(group: Group, pool: list[dict], trials: int) -> dict:
     """A/A gates replayed through the gate's own code on the pool's rounds, drawn by worker pair
     (ab_power.simulate), at the group's tolerance and looks."""
-    matrix = registry.load_matrix(cpu_class=group.cpu_class if group.cpu_class in capability.CLASSES else None)
-    first, batch, cap = group.looks
-    settings = dataclasses.replace(PerfSettings.from_matrix(matrix), rounds=first, batch=batch, max_rounds=cap)
-    combo = combinations.of_pair(matrix, group.pair, settings, given_by="benchmarks/gate_power_table.py")
-    ab = ABSettings(tolerance=group.tolerance)
+    combo, settings, ab = replay_setup(group)
     unchanged = {m: 1.0 for m in (*METRICS, *GATED_PHASES)}
     rates = ab_power.simulate(pool, unchanged, combo, settings, ab, trials, random.Random(SEED))
     return {"aa_rounds": sum(g["rounds"] for g in pool), "pairs": ab_power.worker_pairs(pool, ab.restart_every),
@@ -280,13 +294,16 @@ def render(rows: list[tuple[str, dict]], kept: dict, default_looks: tuple[int, i
         judged = group in current and group.condition in CONDITIONS and group.looks == default_looks
         combo = group.combination.split(":", 1)[1].replace(":cpu:", ":") + (" (today's)" if group in current else "")
         looks = "" if group.looks == default_looks else f", looks {group.looks[0]}+{group.looks[1]} to {group.looks[2]}"
+        setup = replay_setup(group) if judged else None
         for level in levels:
-            gates = groups[group][level]
+            kept_gates = groups[group][level]
+            gates = [g for g in kept_gates if not (setup and stopped_sooner(g, setup))] or kept_gates
             pool = aa_pool(rows, group, default_looks) if level == AA else []
             cell = resampled_cell(group, pool, kept) if pool else ""
             status = target(group, level, gates, fresh(group, pool, kept)) if judged else "-"
             lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
-                         f"| {level_name(level)} | {len(gates)} | {outcomes(gates, level)} | {decided_at(gates)} "
+                         f"| {level_name(level)} | {len(gates)} | {outcomes(gates, level, len(kept_gates) - len(gates))} "
+                         f"| {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
         if judged:
             commands.append(f"    {command(group, levels, default_looks)}")

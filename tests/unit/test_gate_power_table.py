@@ -85,3 +85,18 @@ def test_a_doc_without_markers_is_named(gpt, tmp_path):
         gpt.replace_between_markers("no table here", "| table |", tmp_path / "perf-gate.md")
     text = f"before\n{gpt.BEGIN}\nold\n{gpt.END}\nafter"
     assert gpt.replace_between_markers(text, "new", tmp_path) == f"before\n{gpt.BEGIN}\nnew\n{gpt.END}\nafter"
+
+
+def test_a_gate_an_earlier_rule_stopped_where_todays_gate_looks_again_is_not_counted(gpt):
+    """The kept quiet draft-10% gates at the 0.05 s exchange: those that stopped at the first look
+    on the speedup while draft_step was still a suspect would have gone on under today's gate; those
+    that named draft_step there would not."""
+    rows = [row for file, row in gpt.load_rows([gpt.DATA / "ab_power_avx512-bf16_duet-swap0.05_quiet_k16-fused-c0.6.jsonl"])
+            if row.get("into") == "draft" and row["level"] == 0.10 and row["rounds"] == 8]
+    named = [r for r in rows if r["verdicts"]["draft_step"] == "regression"]
+    unnamed = [r for r in rows if r["verdicts"]["draft_step"] != "regression"]
+    assert named and unnamed
+    setup = gpt.replay_setup(gpt.group_of("f.jsonl", rows[0], gpt.default_looks()))
+    assert [gpt.stopped_sooner(r, setup) for r in named] == [False] * len(named)
+    assert [gpt.stopped_sooner(r, setup) for r in unnamed] == [True] * len(unnamed)
+    assert "2 more not counted" in gpt.outcomes(named, ("draft", 0.10), stopped_sooner=2)

@@ -68,6 +68,7 @@ class ABResult:
     notes: list[str] = field(default_factory=list)
     environments: dict[str, Environment] | None = None  # arm -> the environment its worker ran in (None: replayed)
     swap_s: float | None = None               # side by side: the arms exchanged cores every swap_s s within a round
+    cut_short: bool = False                   # replayed: the recording ended before the gate decided
 
     @property
     def environment_changes(self) -> dict[str, tuple[str | None, str | None]]:
@@ -237,7 +238,7 @@ class ABGate:
         s = self.settings
         try:
             self.start()
-            index, decisions = 0, None
+            index, decisions, cut_short = 0, None, False
             while True:
                 target = min(s.rounds if index < s.rounds else index + s.batch, self.cap)
                 while index < target:
@@ -251,19 +252,21 @@ class ABGate:
                 if index >= s.max_rounds or _settled(decisions):
                     break
                 if index >= self.cap:  # a recording that ends before its gate decided: its cap
-                    decisions = standing(decisions, self.decisions(at_cap=True))
+                    decisions, cut_short = standing(decisions, self.decisions(at_cap=True)), True
                     break
         except BaseException:  # an error or an interrupt: a worker mid-request is killed, not asked to quit
             self.close(ask=False)
             raise
         self.close()
-        notes = [n for n in (self.phase_note(), located(decisions, index)) if n]
+        short = (f"the recording ends after {index} rounds, before the gate decided: what was still inconclusive "
+                 "is UNDECIDED, as at a cap") if cut_short else None
+        notes = [n for n in (self.phase_note(), located(decisions, index), short) if n]
         environments = {name: arm.environment for name, arm in self.arms.items()}
         return ABResult(self.combo.id, self.described("base"), self.described("candidate"), decisions,
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,
                         self.counter_differences(), notes=notes,
                         environments=environments if all(environments.values()) else None,
-                        swap_s=self.plan.swap_s)
+                        swap_s=self.plan.swap_s, cut_short=cut_short)
 
     def described(self, name: str) -> str:
         """An arm as results name it: its revision and commit, and its environment where it has its own."""
