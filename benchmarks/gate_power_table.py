@@ -166,15 +166,15 @@ def names_phase(level: Level) -> str | None:
     return PHASE_OF[into] if fraction and into in ASSISTED_ONLY else None
 
 
-def outcomes(gates: list[dict], level: Level, stopped_sooner: int = 0) -> str:
+def outcomes(gates: list[dict], level: Level, earlier_rule: int = 0) -> str:
     counts = {o: sum(g["outcome"] == o for g in gates) for o in ("regression", "pass", "undecided")}
     text = ", ".join(f"{n} {o.upper()}" for o, n in counts.items() if n)
     phase = names_phase(level)
     recorded = [g for g in gates if g["outcome"] == "regression" and phase in g.get("verdicts", {})]
     if phase and recorded:
         text += f" ({sum(g['verdicts'][phase] == 'regression' for g in recorded)} naming `{phase}`)"
-    if stopped_sooner:
-        text += f"; {stopped_sooner} more not counted: an earlier rule stopped them where today's gate looks again"
+    if earlier_rule:
+        text += f"; {earlier_rule} stopped by an earlier rule where today's gate looks again (the calls stand)"
     return text
 
 
@@ -189,7 +189,8 @@ def replay_setup(group: Group) -> tuple[combinations.Combination, PerfSettings, 
 
 def stopped_sooner(row: dict, setup: tuple[combinations.Combination, PerfSettings, ABSettings]) -> bool:
     """Today's gate, replayed on the row's rounds, would have looked again after its last one: the
-    gate stopped under an earlier stopping rule, and its outcome is not today's gate's."""
+    gate stopped under an earlier stopping rule. Its regression call stands under today's rule
+    (harness/perf/ab/gate.py `standing`); a phase it did not name might have been named at a later look."""
     arms = [replay.RecordedArm(arm, f"recorded {arm}", replay.power_row_rounds(row, arm)) for arm in ("base", "candidate")]
     return replay.ab_gate(*setup, *arms).run().cut_short
 
@@ -296,13 +297,13 @@ def render(rows: list[tuple[str, dict]], kept: dict, default_looks: tuple[int, i
         looks = "" if group.looks == default_looks else f", looks {group.looks[0]}+{group.looks[1]} to {group.looks[2]}"
         setup = replay_setup(group) if judged else None
         for level in levels:
-            kept_gates = groups[group][level]
-            gates = [g for g in kept_gates if not (setup and stopped_sooner(g, setup))] or kept_gates
+            gates = groups[group][level]
+            earlier_rule = sum(stopped_sooner(g, setup) for g in gates) if setup else 0
             pool = aa_pool(rows, group, default_looks) if level == AA else []
             cell = resampled_cell(group, pool, kept) if pool else ""
             status = target(group, level, gates, fresh(group, pool, kept)) if judged else "-"
             lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
-                         f"| {level_name(level)} | {len(gates)} | {outcomes(gates, level, len(kept_gates) - len(gates))} "
+                         f"| {level_name(level)} | {len(gates)} | {outcomes(gates, level, earlier_rule)} "
                          f"| {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
         if judged:

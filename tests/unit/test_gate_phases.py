@@ -127,4 +127,4 @@ def test_a_tokens_per_second_regression_keeps_the_gate_looking_until_its_suspect
     assert result.decisions["draft_step"].verdict == Outcome.REGRESSION and result.decisions["draft_step"].rounds == 16
     speedup = result.decisions["speedup"]
     assert speedup.verdict == Outcome.REGRESSION and speedup.rounds == 8
-    assert any("regressed after 8 rounds" in n and "it is draft_step" in n for n in result.notes), result.notes
+    assert any("regressed after 8 rounds" in n and "called slower: draft_step" in n for n in result.notes), result.notes

@@ -105,6 +105,8 @@ def test_a_recording_shorter_than_the_first_look_is_decided_at_its_end_and_one_t
     assert result.rounds == 3 and result.outcome in (Outcome.UNDECIDED, Outcome.PASS)
     assert result.cut_short and any("recording ends after 3 rounds" in n for n in result.notes)
     assert not replayed(aa, arm_rounds(aa, "candidate")).run().cut_short  # decided within its recording
+    same = replayed(aa, arm_rounds(aa, "base")[:3]).run()  # settled at its 3 rounds, but no live gate looks there
+    assert same.outcome == Outcome.PASS and same.cut_short
     gate = replayed(aa, short)
     gate.cap = 4  # more rounds asked than the candidate's recording holds
     with pytest.raises(ReplayError, match="the recording has no round 4"):

@@ -240,19 +240,19 @@ class ABGate:
             self.start()
             index, decisions, cut_short = 0, None, False
             while True:
-                target = min(s.rounds if index < s.rounds else index + s.batch, self.cap)
-                while index < target:
+                look = min(s.rounds if index < s.rounds else index + s.batch, s.max_rounds)
+                while index < min(look, self.cap):
                     if index and index % self.ab.restart_every == 0:
                         self.restart()
                     self.round(index)
                     index += 1
                     if progress:
                         progress(index, decisions)
+                if index < look:  # a recording that ends before this look: decided at its end, as at a cap
+                    decisions, cut_short = standing(decisions, self.decisions(at_cap=True)), True
+                    break
                 decisions = standing(decisions, self.decisions(at_cap=index >= s.max_rounds))
                 if index >= s.max_rounds or _settled(decisions):
-                    break
-                if index >= self.cap:  # a recording that ends before its gate decided: its cap
-                    decisions, cut_short = standing(decisions, self.decisions(at_cap=True)), True
                     break
         except BaseException:  # an error or an interrupt: a worker mid-request is killed, not asked to quit
             self.close(ask=False)
@@ -319,6 +319,6 @@ def located(decisions: dict[str, paired.PairedDecision], rounds: int) -> str | N
         return None
     at = min(decisions[m].rounds for m in early)
     named = [m for m, d in decisions.items() if d.cost and d.verdict == Outcome.REGRESSION]
-    found = f"it is {', '.join(named)}" if named else "none became significant"
-    return (f"{', '.join(early)} regressed after {at} rounds; the gate went on to {rounds} rounds only to name the "
-            f"phase that moved, as one was slower than the threshold but not yet significant: {found}")
+    found = f"called slower: {', '.join(named)}" if named else "none became significant"
+    return (f"{', '.join(early)} regressed after {at} rounds; the gate went on to {rounds} rounds only to locate the "
+            f"slowdown, as a phase read slower than the threshold but was not yet significant; {found}")

@@ -2,9 +2,9 @@
 
 Both arms run each round within the same minute, so noise that moves the whole machine (another
 tenant, a frequency step) hits both and cancels in d = ln(candidate / base). The gate looks at the
-mean of d after `rounds`, then every `batch` rounds up to `cap`, and stops as soon as a metric
-regressed or every metric is decided (harness/perf/outcome.py `settled`; harness/perf/ab/gate.py
-`_settled` adds the phases).
+mean of d after `rounds`, then every `batch` rounds up to `cap`, and stops once a metric regressed
+or every metric is decided (harness/perf/outcome.py `settled`), and no phase is still a suspect
+(harness/perf/ab/gate.py `_settled`).
 
 With tolerance T (the slowdown the gate exists to catch), each call carries its own stated error
 rate:
