@@ -260,6 +260,15 @@ def resample(group: Group, pool: list[dict], trials: int) -> dict:
             "trials": trials, **{k: round(v, 6) for k, v in rates.items()}}
 
 
+def measured_again(group: Group, level: Level, groups: dict[Group, dict[Level, list[dict]]]) -> Group | None:
+    """The group that holds this level measured again, if one does: same setup, in a file named after
+    this one's with a suffix (`X_phase-located.jsonl` after `X.jsonl`). That row is the one judged and
+    resumed; this one's gates stay in the table as measured."""
+    stem = group.file.removesuffix(".jsonl") + "_"
+    return next((other for other in groups if other.file.startswith(stem)
+                 and dataclasses.replace(other, file=group.file) == group and level in groups[other]), None)
+
+
 def command(group: Group, levels: list[Level], default_looks: tuple[int, int, int]) -> str:
     duet = f"on --duet-swap {group.swap_s or 0:g}" if group.mode == "duet" else "off"
     flags = [f"--pair {group.pair}", f"--duet {duet}", f"--levels {','.join(level_arg(level) for level in levels)}"]
@@ -301,13 +310,16 @@ def render(rows: list[tuple[str, dict]], kept: dict, default_looks: tuple[int, i
             earlier_rule = sum(stopped_sooner(g, setup) for g in gates) if setup else 0
             pool = aa_pool(rows, group, default_looks) if level == AA else []
             cell = resampled_cell(group, pool, kept) if pool else ""
-            status = target(group, level, gates, fresh(group, pool, kept)) if judged else "-"
+            again = measured_again(group, level, groups)
+            status = ("-" if not judged else f"measured again: {short(again.file)}" if again
+                      else target(group, level, gates, fresh(group, pool, kept)))
             lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
                          f"| {level_name(level)} | {len(gates)} | {outcomes(gates, level, earlier_rule)} "
                          f"| {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
-        if judged:
-            commands.append(f"    {command(group, levels, default_looks)}")
+        resumed = [level for level in levels if not measured_again(group, level, groups)]
+        if judged and resumed:
+            commands.append(f"    {command(group, resumed, default_looks)}")
     return "\n".join([*lines, "", "The rows with a target, each resumed (20 gates a level; `--gates 0 --trials 2000` "
                       "prints the rates again):", "", *commands])
 

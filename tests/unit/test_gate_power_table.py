@@ -105,3 +105,23 @@ def test_a_gate_an_earlier_rule_stopped_where_todays_gate_looks_again_is_named_a
                        gpt.default_looks())
     row = next(line for line in table.splitlines() if "| draft 10% (plain untouched) |" in line)
     assert f"{len(unnamed)} stopped by an earlier rule" in row, row
+
+
+def test_a_level_measured_again_in_its_own_file_is_judged_and_resumed_there(gpt):
+    """The quiet draft-10% level at the 0.05 s exchange was measured again under today's stopping
+    rule into `..._phase-located.jsonl`: the older file's row stays as measured, without a target,
+    and its command no longer adds gates of that level."""
+    base = "ab_power_avx512-bf16_duet-swap0.05_quiet_k16-fused-c0.6.jsonl"
+    again = base.removesuffix(".jsonl") + "_phase-located.jsonl"
+    rows = gpt.load_rows([gpt.DATA / base, gpt.DATA / again])
+    groups = gpt.grouped(rows, gpt.default_looks())
+    old = next(g for g in groups if g.file == base and g.tolerance == 0.10)
+    assert gpt.measured_again(old, ("draft", 0.10), groups).file == again
+    assert gpt.measured_again(old, ("target", 0.10), groups) is None
+    table = gpt.render(rows, {}, gpt.default_looks())
+    draft = [line for line in table.splitlines() if "| draft 10% (plain untouched) |" in line]
+    old_row = next(line for line in draft if line.endswith(f"| {gpt.short(base)} |"))
+    assert f"| measured again: {gpt.short(again)} |" in old_row, old_row
+    command = next(line for line in table.splitlines() if f"--out benchmarks/data/{base}" in line and "--tolerance" not in line)
+    levels = command.split("--levels ")[1].split()[0].split(",")
+    assert "draft:0.1" not in levels and "draft:0.2" in levels, command
