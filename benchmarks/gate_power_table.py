@@ -52,6 +52,8 @@ NOISY = "python benchmarks/noisy_host.py --duty 0.3 --burst-ms 200 -- "  # make 
 GATES, CAUGHT, ENV_GATES, ENV_CAUGHT = 20, 19, 10, 9
 MINUTES, MINUTES_AT_5 = 5.0, 10.0
 MAX_RESAMPLED_FALSE_ALARMS = 0.01
+# A file named after another with this suffix holds levels of it measured again after the gate changed.
+MEASURED_AGAIN = "_phase-located"
 
 Level = tuple[str, float]  # (where the slowdown is planted, fraction): ab_power.parse_level's
 AA: Level = ("target", 0.0)  # unchanged code against itself
@@ -261,11 +263,12 @@ def resample(group: Group, pool: list[dict], trials: int) -> dict:
 
 
 def measured_again(group: Group, level: Level, groups: dict[Group, dict[Level, list[dict]]]) -> Group | None:
-    """The group that holds this level measured again, if one does: same setup, in a file named after
-    this one's with a suffix (`X_phase-located.jsonl` after `X.jsonl`). That row is the one judged and
-    resumed; this one's gates stay in the table as measured."""
-    stem = group.file.removesuffix(".jsonl") + "_"
-    return next((other for other in groups if other.file.startswith(stem)
+    """The group that holds this level measured again, if one does: same setup, in the file named
+    after this one's with MEASURED_AGAIN (`X_phase-located.jsonl` after `X.jsonl`; other suffixes,
+    such as `_phases` or `_env`, name sister files, not re-measurements). That row is the one judged
+    and resumed; this one's gates stay in the table as measured."""
+    again = group.file.removesuffix(".jsonl") + MEASURED_AGAIN + ".jsonl"
+    return next((other for other in groups if other.file == again
                  and dataclasses.replace(other, file=group.file) == group and level in groups[other]), None)
 
 

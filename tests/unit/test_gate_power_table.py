@@ -3,6 +3,8 @@ make, and each row is judged against the issues' targets as they are written."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bench_scripts import script_module
@@ -125,3 +127,18 @@ def test_a_level_measured_again_in_its_own_file_is_judged_and_resumed_there(gpt)
     command = next(line for line in table.splitlines() if f"--out benchmarks/data/{base}" in line and "--tolerance" not in line)
     levels = command.split("--levels ")[1].split()[0].split(",")
     assert "draft:0.1" not in levels and "draft:0.2" in levels, command
+
+
+def test_only_a_phase_located_file_of_the_same_setup_measures_a_level_again(gpt):
+    x = group(gpt)
+    def groups(*others):
+        return {x: {("draft", 0.10): []}, **{g: {("draft", 0.10): []} for g in others}}
+    again = dataclasses.replace(x, file="ab_power_x_phase-located.jsonl")
+    assert gpt.measured_again(x, ("draft", 0.10), groups(again)) == again
+    assert gpt.measured_again(x, ("verify", 0.10), groups(again)) is None  # a level it does not hold
+    for sister in ("ab_power_x_phases.jsonl", "ab_power_x_env.jsonl", "ab_power_xphase-located.jsonl",
+                   "ab_power_x.jsonl_phase-located"):
+        assert gpt.measured_again(x, ("draft", 0.10), groups(dataclasses.replace(x, file=sister))) is None, sister
+    for other in (dataclasses.replace(again, tolerance=0.05), dataclasses.replace(again, looks=(8, 8, 16)),
+                  dataclasses.replace(again, swap_s=0.05), dataclasses.replace(again, condition="noisy")):
+        assert gpt.measured_again(x, ("draft", 0.10), groups(other)) is None, other
