@@ -267,9 +267,8 @@ def measured_again(group: Group, level: Level, groups: dict[Group, dict[Level, l
     after this one's with MEASURED_AGAIN (`X_phase-located.jsonl` after `X.jsonl`; other suffixes,
     such as `_phases` or `_env`, name sister files, not re-measurements). That row is the one judged
     and resumed; this one's gates stay in the table as measured."""
-    again = group.file.removesuffix(".jsonl") + MEASURED_AGAIN + ".jsonl"
-    return next((other for other in groups if other.file == again
-                 and dataclasses.replace(other, file=group.file) == group and level in groups[other]), None)
+    other = dataclasses.replace(group, file=group.file.removesuffix(".jsonl") + MEASURED_AGAIN + ".jsonl")
+    return other if level in groups.get(other, {}) else None
 
 
 def command(group: Group, levels: list[Level], default_looks: tuple[int, int, int]) -> str:
@@ -308,19 +307,21 @@ def render(rows: list[tuple[str, dict]], kept: dict, default_looks: tuple[int, i
         combo = group.combination.split(":", 1)[1].replace(":cpu:", ":") + (" (today's)" if group in current else "")
         looks = "" if group.looks == default_looks else f", looks {group.looks[0]}+{group.looks[1]} to {group.looks[2]}"
         setup = replay_setup(group) if judged else None
+        resumed = []
         for level in levels:
             gates = groups[group][level]
             earlier_rule = sum(stopped_sooner(g, setup) for g in gates) if setup else 0
             pool = aa_pool(rows, group, default_looks) if level == AA else []
             cell = resampled_cell(group, pool, kept) if pool else ""
             again = measured_again(group, level, groups)
+            if not again:
+                resumed.append(level)
             status = ("-" if not judged else f"measured again: {short(again.file)}" if again
                       else target(group, level, gates, fresh(group, pool, kept)))
             lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
                          f"| {level_name(level)} | {len(gates)} | {outcomes(gates, level, earlier_rule)} "
                          f"| {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
-        resumed = [level for level in levels if not measured_again(group, level, groups)]
         if judged and resumed:
             commands.append(f"    {command(group, resumed, default_looks)}")
     return "\n".join([*lines, "", "The rows with a target, each resumed (20 gates a level; `--gates 0 --trials 2000` "
