@@ -2,12 +2,15 @@
 of a fixed number of rounds, side by side, in which the even rounds swap cores between rounds only
 (`--perf-duet-swap 0`), or every --even-swap seconds, and the odd rounds exchange them every --swap
 seconds: both settings meet the same hour of the host, and the same worker pairs (restarted every
-4 rounds). Appends the gate's row (benchmarks/ab_power.py's row, plus `swap_s`, `even_swap_s` and
-`alternating`) to --out, then prints per metric and gated phase the per-round spread (sd) and mean
-of ln(candidate/base) under each setting.
+4 rounds). With --even-base-first the even rounds move the base arm first at every exchange (the
+order before 2026-12-02; today the first mover alternates), to measure the lean that gave the arm
+moved second. Appends the gate's row (benchmarks/ab_power.py's row, plus `swap_s`, `even_swap_s`,
+`even_base_first` and `alternating`) to --out, then prints per metric and gated phase the
+per-round spread (sd) and mean of ln(candidate/base) under each setting.
 
     python benchmarks/duet_swap.py --swap 0.25 --rounds 32 --out benchmarks/data/duet_swap_avx2.jsonl
     python benchmarks/noisy_host.py --duty 0.3 --burst-ms 200 -- python benchmarks/duet_swap.py --swap 0.05 --even-swap 0.25 --rounds 32 --out benchmarks/data/duet_swap_avx512-bf16.jsonl
+    python benchmarks/duet_swap.py --swap 0.05 --even-swap 0.05 --even-base-first --rounds 64 --out benchmarks/data/duet_swap_amx.jsonl
     python benchmarks/duet_swap.py --out benchmarks/data/duet_swap_avx2.jsonl --show   # the kept rows
 """
 
@@ -29,23 +32,40 @@ from harness.perf.combinations import PerfSettings
 from harness.workload import registry
 
 
-def alternating(even: duet.Plan, odd: duet.Plan) -> type[ABGate]:
-    """An ABGate whose even rounds run under plan `even` and whose odd rounds under plan `odd`."""
+class BaseFirst(duet.Swapping):
+    """The exchange as it was before 2026-12-02: the base arm (the first pid) moved first every time."""
+
+    def moves(self, n: int) -> list[tuple[int, int]]:
+        return sorted(super().moves(n), key=lambda move: self.pids.index(move[0]))
+
+
+def alternating(even: duet.Plan, odd: duet.Plan, even_base_first: bool = False) -> type[ABGate]:
+    """An ABGate whose even rounds run under plan `even` (moving the base first at every exchange
+    with `even_base_first`) and whose odd rounds under plan `odd`."""
     class Alternating(ABGate):
         plans = (even, odd)
+        exchanges = (BaseFirst if even_base_first else duet.Swapping, duet.Swapping)
 
         def _side_by_side(self, index):
-            self.plan = self.plans[index % 2]
+            self.plan, self.swapping = self.plans[index % 2], self.exchanges[index % 2]
             return super()._side_by_side(index)
 
     return Alternating
 
 
+def setting_names(row: dict) -> tuple[str, str]:
+    """The even rounds' setting and the odd rounds'."""
+    even = row.get("even_swap_s") or 0
+    names = [f"every {even:g} s" if even else "between rounds", f"every {row['swap_s']:g} s"]
+    if row.get("even_base_first"):
+        names = [names[0] + ", base first", names[1] + ", alternating"]
+    return names[0], names[1]
+
+
 def spreads(row: dict) -> dict[str, dict[str, tuple[float, float]]]:
     """Per setting, per metric: (sd, mean) of the per-round ln(candidate/base)."""
     out = {}
-    even = row.get("even_swap_s") or 0
-    for name, parity in ((f"every {even:g} s" if even else "between rounds", 0), (f"every {row['swap_s']:g} s", 1)):
+    for parity, name in enumerate(setting_names(row)):
         out[name] = {}
         for m, ratios in row["ratios"].items():
             logs = [math.log(v) for i, v in enumerate(ratios) if i % 2 == parity]
@@ -69,12 +89,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--swap", type=float, default=duet.SWAP_S, metavar="SECONDS", help="the odd rounds' period")
     p.add_argument("--even-swap", type=float, default=0.0, metavar="SECONDS",
                    help="the even rounds' period (default 0: they swap cores between rounds only)")
+    p.add_argument("--even-base-first", action="store_true",
+                   help="the even rounds move the base arm first at every exchange (the order before 2026-12-02)")
     p.add_argument("--rounds", type=int, default=32, help="rounds of the gate, all run (at least 4, even)")
     p.add_argument("--out", type=Path, required=True, help="JSON lines: one row a gate, appended")
     p.add_argument("--show", action="store_true", help="print the kept rows only")
     args = p.parse_args(argv)
     if args.rounds < 4 or args.rounds % 2:
         p.error(f"--rounds {args.rounds}: an even number, at least 4")
+    if args.even_base_first and not args.even_swap:
+        p.error("--even-base-first: the even rounds exchange cores only with --even-swap SECONDS (above 0)")
     if not args.show:
         plans = []  # even rounds, odd rounds
         for flag, period in (("--even-swap", args.even_swap), ("--swap", args.swap)):
@@ -89,11 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         trees = (revision.checkout(repo, "HEAD"), revision.working_tree(repo))
         noise = noise_pids()
         row = ab_power.run_gate(matrix, combo, settings, trees, 0.0, 0.10, seed=0, plan=plans[0],
-                                restart_every=4, noise=noise, gate_class=alternating(*plans))
+                                restart_every=4, noise=noise, gate_class=alternating(*plans, args.even_base_first))
         row = {"combination": combo.id, "condition": "noisy" if noise else "quiet", **row,
-               "swap_s": args.swap, "even_swap_s": args.even_swap,
+               "swap_s": args.swap, "even_swap_s": args.even_swap, "even_base_first": args.even_base_first,
                "alternating": "odd rounds exchange cores every swap_s seconds, even rounds every even_swap_s "
-                              "(0: between rounds only)"}
+                              "(0: between rounds only), moving the base first at every exchange where "
+                              "even_base_first"}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")

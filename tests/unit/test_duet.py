@@ -92,6 +92,22 @@ def test_pinning_reaches_every_thread_of_a_running_process():
         duet.pin(child.pid, a)
 
 
+def test_the_arm_moved_first_at_an_exchange_alternates():
+    """The arm moved first shares the other's core until the other is moved off: each arm is first
+    in half the exchanges, and every exchange leaves the arms on different cores, swapped."""
+    swapping = duet.Swapping((101, 202), (4, 5), 0.05)
+    where, first = {101: 4, 202: 5}, []
+    for n in range(1, 101):
+        moves = swapping.moves(n)
+        assert sorted(pid for pid, _ in moves) == [101, 202]
+        (mover, core), (other, _) = moves
+        assert core == where[other]  # lands where the other still is
+        first.append(mover)
+        where.update(moves)
+        assert where == ({101: 5, 202: 4} if n % 2 else {101: 4, 202: 5})
+    assert first.count(101) == first.count(202) == 50
+
+
 def busy_children(n: int) -> list[subprocess.Popen]:
     """`n` processes that spin until killed, each with one thread."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
@@ -144,6 +160,12 @@ def test_the_swap_study_splits_one_gates_rounds_by_setting_and_shows_the_kept_ga
         even, odd = duet.plan("on", [0, 1], swap_s=0.25), duet.plan("on", [0, 1], swap_s=0.05)
         assert [plan.swap_s for plan in study.alternating(even, odd).plans] == [0.25, 0.05]
         assert [plan.swap_s for plan in study.alternating(duet.plan("on", [0, 1], swap_s=0), odd).plans] == [None, 0.05]
+        # --even-base-first: the even rounds move the base (the first pid) first at every exchange
+        gate = study.alternating(odd, odd, even_base_first=True)
+        assert gate.exchanges == (study.BaseFirst, duet.Swapping)
+        assert {study.BaseFirst((101, 202), (0, 1), 0.05).moves(n)[0][0] for n in range(1, 9)} == {101}
+        assert list(study.spreads({**row, "swap_s": 0.05, "even_swap_s": 0.05, "even_base_first": True})) == [
+            "every 0.05 s, base first", "every 0.05 s, alternating"]
         kept = Path(study.__file__).parent / "data" / "duet_swap_avx2.jsonl"
         assert study.main(["--out", str(kept), "--show"]) == 0
     out = capsys.readouterr().out

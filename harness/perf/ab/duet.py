@@ -143,13 +143,20 @@ class Swapping:
         self._stop.set()
         self._thread.join()
 
+    def moves(self, n: int) -> list[tuple[int, int]]:
+        """The n-th exchange (from 1) as (pid, core) moves, in order: each arm to the core the other
+        holds. The arm moved first shares that core with the other until the other is moved off, so
+        the first mover alternates between the arms and each waits as often as the other (a fixed
+        order leaned the gate towards the arm moved second: docs/perf-gate.md, "Side by side")."""
+        flip = n % 2
+        return [(self.pids[i], self.cores[(i + flip) % 2]) for i in ((0, 1) if flip else (1, 0))]
+
     def _run(self) -> None:
         while not self._stop.wait(self.period):
             self.swaps += 1
-            flip = self.swaps % 2
             try:
-                for i, pid in enumerate(self.pids):
-                    pin(pid, self.cores[(i + flip) % 2])
+                for pid, core in self.moves(self.swaps):
+                    pin(pid, core)
             except DuetError as exc:  # a worker that ended: the round's answer says why
                 log.warning("%s; the arms stop exchanging cores for this round", exc)
                 return

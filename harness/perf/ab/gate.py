@@ -106,6 +106,8 @@ class ABResult:
 
 
 class ABGate:
+    swapping = duet.Swapping  # side by side: what exchanges the arms' cores within a round
+
     def __init__(self, combo: Combination, settings: PerfSettings, base: Arm, candidate: Arm,
                  load_request: Callable[[str], dict[str, Any]], ab: ABSettings, guard: LoadGuard | None = None,
                  plan: duet.Plan | None = None, available: int | None = None):
@@ -194,7 +196,7 @@ class ABGate:
             arm.send({"op": "round", "index": index})
         base, candidate = self.arms.values()
         live = base.process is not None and candidate.process is not None  # recorded arms have no process to move
-        swapping = (duet.Swapping((base.process.pid, candidate.process.pid), (cores["base"], cores["candidate"]),
+        swapping = (self.swapping((base.process.pid, candidate.process.pid), (cores["base"], cores["candidate"]),
                                   self.plan.swap_s) if self.plan.swap_s and live else contextlib.nullcontext())
         with swapping:
             return {name: (arm.receive("round"), cores[name]) for name, arm in self.arms.items()}
