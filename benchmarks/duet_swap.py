@@ -2,9 +2,9 @@
 of a fixed number of rounds, side by side, in which the even rounds swap cores between rounds only
 (`--perf-duet-swap 0`), or every --even-swap seconds, and the odd rounds exchange them every --swap
 seconds: both settings meet the same hour of the host, and the same worker pairs (restarted every
-4 rounds). With --even-base-first the even rounds move the base arm first at every exchange (the
-order before 2026-12-02; today the first mover alternates), to measure the lean that gave the arm
-moved second. Appends the gate's row (benchmarks/ab_power.py's row, plus `swap_s`, `even_swap_s`,
+4 rounds). With --even-base-first the even rounds move the base arm first at every exchange
+(the gate alternates the first mover), to measure the lean a fixed order gives the arm moved
+second. Appends the gate's row (benchmarks/ab_power.py's row, plus `swap_s`, `even_swap_s`,
 `even_base_first` and `alternating`) to --out, then prints per metric and gated phase the
 per-round spread (sd) and mean of ln(candidate/base) under each setting.
 
@@ -33,10 +33,10 @@ from harness.workload import registry
 
 
 class BaseFirst(duet.Swapping):
-    """The exchange as it was before 2026-12-02: the base arm (the first pid) moved first every time."""
+    """An exchange that moves the base arm (the first pid) first every time."""
 
     def moves(self, n: int) -> list[tuple[int, int]]:
-        return sorted(super().moves(n), key=lambda move: self.pids.index(move[0]))
+        return [(pid, self.cores[(i + n) % 2]) for i, pid in enumerate(self.pids)]
 
 
 def alternating(even: duet.Plan, odd: duet.Plan, even_base_first: bool = False) -> type[ABGate]:
@@ -44,10 +44,10 @@ def alternating(even: duet.Plan, odd: duet.Plan, even_base_first: bool = False) 
     with `even_base_first`) and whose odd rounds under plan `odd`."""
     class Alternating(ABGate):
         plans = (even, odd)
-        exchanges = (BaseFirst if even_base_first else duet.Swapping, duet.Swapping)
+        swapping_classes = (BaseFirst if even_base_first else duet.Swapping, duet.Swapping)
 
         def _side_by_side(self, index):
-            self.plan, self.swapping = self.plans[index % 2], self.exchanges[index % 2]
+            self.plan, self.swapping_class = self.plans[index % 2], self.swapping_classes[index % 2]
             return super()._side_by_side(index)
 
     return Alternating
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--even-swap", type=float, default=0.0, metavar="SECONDS",
                    help="the even rounds' period (default 0: they swap cores between rounds only)")
     p.add_argument("--even-base-first", action="store_true",
-                   help="the even rounds move the base arm first at every exchange (the order before 2026-12-02)")
+                   help="the even rounds move the base arm first at every exchange (the gate alternates the first mover)")
     p.add_argument("--rounds", type=int, default=32, help="rounds of the gate, all run (at least 4, even)")
     p.add_argument("--out", type=Path, required=True, help="JSON lines: one row a gate, appended")
     p.add_argument("--show", action="store_true", help="print the kept rows only")

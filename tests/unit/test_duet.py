@@ -108,6 +108,20 @@ def test_the_arm_moved_first_at_an_exchange_alternates():
     assert first.count(101) == first.count(202) == 50
 
 
+def test_the_exchanging_thread_pins_the_arms_in_the_order_of_moves(monkeypatch):
+    swapping = duet.Swapping((101, 202), (4, 5), 0)
+    pinned = []
+
+    def pin(pid, core):
+        pinned.append((pid, core))
+        if len(pinned) == 8:
+            swapping._stop.set()
+
+    monkeypatch.setattr(duet, "pin", pin)
+    swapping._run()
+    assert pinned == [move for n in range(1, 5) for move in swapping.moves(n)]
+
+
 def busy_children(n: int) -> list[subprocess.Popen]:
     """`n` processes that spin until killed, each with one thread."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
@@ -162,7 +176,7 @@ def test_the_swap_study_splits_one_gates_rounds_by_setting_and_shows_the_kept_ga
         assert [plan.swap_s for plan in study.alternating(duet.plan("on", [0, 1], swap_s=0), odd).plans] == [None, 0.05]
         # --even-base-first: the even rounds move the base (the first pid) first at every exchange
         gate = study.alternating(odd, odd, even_base_first=True)
-        assert gate.exchanges == (study.BaseFirst, duet.Swapping)
+        assert gate.swapping_classes == (study.BaseFirst, duet.Swapping)
         assert {study.BaseFirst((101, 202), (0, 1), 0.05).moves(n)[0][0] for n in range(1, 9)} == {101}
         assert list(study.spreads({**row, "swap_s": 0.05, "even_swap_s": 0.05, "even_base_first": True})) == [
             "every 0.05 s, base first", "every 0.05 s, alternating"]

@@ -106,7 +106,7 @@ class ABResult:
 
 
 class ABGate:
-    swapping = duet.Swapping  # side by side: what exchanges the arms' cores within a round
+    swapping_class = duet.Swapping  # side by side: what exchanges the arms' cores within a round
 
     def __init__(self, combo: Combination, settings: PerfSettings, base: Arm, candidate: Arm,
                  load_request: Callable[[str], dict[str, Any]], ab: ABSettings, guard: LoadGuard | None = None,
@@ -196,7 +196,7 @@ class ABGate:
             arm.send({"op": "round", "index": index})
         base, candidate = self.arms.values()
         live = base.process is not None and candidate.process is not None  # recorded arms have no process to move
-        swapping = (self.swapping((base.process.pid, candidate.process.pid), (cores["base"], cores["candidate"]),
+        swapping = (self.swapping_class((base.process.pid, candidate.process.pid), (cores["base"], cores["candidate"]),
                                   self.plan.swap_s) if self.plan.swap_s and live else contextlib.nullcontext())
         with swapping:
             return {name: (arm.receive("round"), cores[name]) for name, arm in self.arms.items()}
