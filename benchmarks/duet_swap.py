@@ -4,13 +4,15 @@ of a fixed number of rounds, side by side, in which the even rounds swap cores b
 seconds: both settings meet the same hour of the host, and the same worker pairs (restarted every
 4 rounds). With --even-base-first the even rounds move the base arm first at every exchange
 (the gate alternates the first mover), to measure the lean a fixed order gives the arm moved
-second. Appends the gate's row (benchmarks/ab_power.py's row, plus `swap_s`, `even_swap_s`,
+second; with --level the candidate's target forward is that much slower in every round (an A/B
+gate of a planted slowdown instead of A/A). Appends the gate's row (benchmarks/ab_power.py's row, plus `swap_s`, `even_swap_s`,
 `even_base_first` and `alternating`) to --out, then prints per metric and gated phase the
 per-round spread (sd) and mean of ln(candidate/base) under each setting.
 
     python benchmarks/duet_swap.py --swap 0.25 --rounds 32 --out benchmarks/data/duet_swap_avx2.jsonl
     python benchmarks/noisy_host.py --duty 0.3 --burst-ms 200 -- python benchmarks/duet_swap.py --swap 0.05 --even-swap 0.25 --rounds 32 --out benchmarks/data/duet_swap_avx512-bf16.jsonl
     python benchmarks/duet_swap.py --swap 0.05 --even-swap 0.05 --even-base-first --rounds 64 --out benchmarks/data/duet_swap_amx.jsonl
+    python benchmarks/duet_swap.py --swap 0.05 --even-swap 0.05 --even-base-first --level 0.1 --rounds 16 --out benchmarks/data/duet_swap_amx.jsonl
     python benchmarks/duet_swap.py --out benchmarks/data/duet_swap_avx2.jsonl --show   # the kept rows
 """
 
@@ -76,7 +78,8 @@ def spreads(row: dict) -> dict[str, dict[str, tuple[float, float]]]:
 def show(row: dict) -> None:
     table = spreads(row)
     names = list(table)
-    print(f"{row['combination']}, {row['cpu_class']}, {row['condition']}: {row['rounds']} A/A rounds, "
+    kind = f"target forward {100 * row['level']:g}% slower in the candidate" if row.get("level") else "A/A"
+    print(f"{row['combination']}, {row['cpu_class']}, {row['condition']}: {row['rounds']} {kind} rounds, "
           f"{row['minutes']:.1f} min; per-round sd (mean) of ln(candidate/base)")
     print(f"  {'metric':24} " + "  ".join(f"{n:>20}" for n in names))
     for m in table[names[0]]:
@@ -91,12 +94,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="the even rounds' period (default 0: they swap cores between rounds only)")
     p.add_argument("--even-base-first", action="store_true",
                    help="the even rounds move the base arm first at every exchange (the gate alternates the first mover)")
+    p.add_argument("--level", type=float, default=0.0, metavar="FRACTION",
+                   help="the candidate's target forward this much slower (default 0: an A/A gate)")
     p.add_argument("--rounds", type=int, default=32, help="rounds of the gate, all run (at least 4, even)")
     p.add_argument("--out", type=Path, required=True, help="JSON lines: one row a gate, appended")
     p.add_argument("--show", action="store_true", help="print the kept rows only")
     args = p.parse_args(argv)
     if args.rounds < 4 or args.rounds % 2:
         p.error(f"--rounds {args.rounds}: an even number, at least 4")
+    if not 0 <= args.level < 1:
+        p.error(f"--level {args.level:g}: a fraction from 0 (A/A) to below 1")
     if args.even_base_first and not args.even_swap:
         p.error("--even-base-first: the even rounds exchange cores only with --even-swap SECONDS (above 0)")
     if not args.show:
@@ -112,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         repo = revision.repository_root(ab_power.REPO)
         trees = (revision.checkout(repo, "HEAD"), revision.working_tree(repo))
         noise = noise_pids()
-        row = ab_power.run_gate(matrix, combo, settings, trees, 0.0, 0.10, seed=0, plan=plans[0],
+        row = ab_power.run_gate(matrix, combo, settings, trees, args.level, 0.10, seed=0, plan=plans[0],
                                 restart_every=4, noise=noise, gate_class=alternating(*plans, args.even_base_first))
         row = {"combination": combo.id, "condition": "noisy" if noise else "quiet", **row,
                "swap_s": args.swap, "even_swap_s": args.even_swap, "even_base_first": args.even_base_first,

@@ -180,6 +180,8 @@ def test_the_swap_study_splits_one_gates_rounds_by_setting_and_shows_the_kept_ga
         assert {study.BaseFirst((101, 202), (0, 1), 0.05).moves(n)[0][0] for n in range(1, 9)} == {101}
         assert list(study.spreads({**row, "swap_s": 0.05, "even_swap_s": 0.05, "even_base_first": True})) == [
             "every 0.05 s, base first", "every 0.05 s, alternating"]
+        with pytest.raises(SystemExit):  # --level: a fraction below 1
+            study.main(["--level", "1", "--out", "unused.jsonl"])
         kept = Path(study.__file__).parent / "data" / "duet_swap_avx2.jsonl"
         assert study.main(["--out", str(kept), "--show"]) == 0
     out = capsys.readouterr().out
