@@ -149,7 +149,7 @@ def level_arg(level: Level) -> str:
 def level_order(level: Level) -> tuple:
     into, fraction = level
     places = (*PLANT_INTO, ab_power.ENV)
-    return (into != "target" or fraction > 0, places.index(into) if into in places else len(places), -fraction)
+    return (fraction > 0, places.index(into) if into in places else len(places), -fraction)  # unchanged first
 
 
 def caught(row: dict, level: Level) -> bool:

@@ -142,3 +142,9 @@ def test_only_a_phase_located_file_of_the_same_setup_measures_a_level_again(gpt)
     for other in (dataclasses.replace(again, tolerance=0.05), dataclasses.replace(again, looks=(8, 8, 16)),
                   dataclasses.replace(again, swap_s=0.05), dataclasses.replace(again, condition="noisy")):
         assert gpt.measured_again(x, ("draft", 0.10), groups(other)) is None, other
+
+
+def test_a_files_unchanged_levels_come_before_its_planted_ones(gpt):
+    levels = [("env", 0.1), ("glue", 0.012), ("target", 0.1), ("env", 0.0), ("draft", 0.2), ("target", 0.0)]
+    assert sorted(levels, key=gpt.level_order) == [("target", 0.0), ("env", 0.0), ("target", 0.1), ("draft", 0.2),
+                                                   ("glue", 0.012), ("env", 0.1)]
