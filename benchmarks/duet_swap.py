@@ -1,13 +1,13 @@
-"""Does exchanging the arms' cores within a round steady the A/B gate, and how often? One A/A gate
-of a fixed number of rounds, side by side, in which the even rounds swap cores between rounds only
+"""Does exchanging the arms' cores within a round steady the A/B gate, and how often? One A/A gate of a
+fixed number of rounds, side by side, in which the even rounds swap cores between rounds only
 (`--perf-duet-swap 0`), or every --even-swap seconds, and the odd rounds exchange them every --swap
-seconds: both settings meet the same hour of the host, and the same worker pairs (restarted every
-4 rounds). With --even-base-first the even rounds move the base arm first at every exchange
-(the gate alternates the first mover), to measure the lean a fixed order gives the arm moved
-second; with --level the candidate's target forward is that much slower in every round (an A/B
-gate of a planted slowdown instead of A/A). Appends the gate's row (benchmarks/ab_power.py's row, plus `swap_s`, `even_swap_s`,
-`even_base_first` and `alternating`) to --out, then prints per metric and gated phase the
-per-round spread (sd) and mean of ln(candidate/base) under each setting.
+seconds: both settings meet the same hour of the host, and the same worker pairs (restarted every 4
+rounds). With --even-base-first the even rounds move the base arm first at every exchange (the gate
+alternates the first mover), to measure the lean a fixed order gives the arm moved second; with
+--level the candidate's target forward is that much slower in every round (an A/B gate of a planted
+slowdown instead of A/A). Appends the gate's row (benchmarks/ab_power.py's row, plus `swap_s`,
+`even_swap_s`, `even_base_first` and `alternating`) to --out, then prints per metric and gated phase
+the per-round spread (sd) and mean of ln(candidate/base) under each setting.
 
     python benchmarks/duet_swap.py --swap 0.25 --rounds 32 --out benchmarks/data/duet_swap_avx2.jsonl
     python benchmarks/noisy_host.py --duty 0.3 --burst-ms 200 -- python benchmarks/duet_swap.py --swap 0.05 --even-swap 0.25 --rounds 32 --out benchmarks/data/duet_swap_avx512-bf16.jsonl

@@ -147,7 +147,7 @@ class Swapping:
         """The n-th exchange (from 1) as (pid, core) moves, in order: each arm to the core the other
         holds. The arm moved first shares that core with the other until the other is moved off, so
         the first mover alternates between the arms and each waits as often as the other (a fixed
-        order leaned the gate towards the arm moved second: docs/perf-gate.md, "Side by side")."""
+        order leaned the gate towards the arm moved second: docs/perf-gate.md, "Side by side (duet)")."""
         flip = n % 2
         return [(self.pids[i], self.cores[(i + flip) % 2]) for i in ((0, 1) if flip else (1, 0))]
 
