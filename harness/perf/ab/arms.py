@@ -40,6 +40,16 @@ class ArmError(UnsupportedHereError):
 LOG_PREFIX = "ab-arm-"  # + owner pid: the logs of a killed gate are swept by the next (harness/core/locks.py)
 
 
+def first_to_answer(arms: list[Arm], timeout_s: float) -> Arm | None:
+    """The first of the running arms with something to read (a full line buffered, or its pipe
+    readable: an answer, or an end that receive() reports), within timeout_s; None if none."""
+    waiting = [a for a in arms if a.answer_waiting()]
+    if waiting:
+        return waiting[0]
+    ready = select.select([a.process.stdout.fileno() for a in arms], [], [], timeout_s)[0]
+    return next((a for a in arms if a.process.stdout.fileno() in ready), None)
+
+
 class Arm:
     """One worker process: start, request, restart, close."""
 
@@ -140,6 +150,10 @@ class Arm:
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode("utf-8", "replace")
+
+    def answer_waiting(self) -> bool:
+        """A full line from the worker is buffered (a receive() would not wait)."""
+        return b"\n" in self._buffer
 
     def _exit(self) -> str:
         code = self.process.poll() if self.process else None

@@ -132,6 +132,7 @@ class Swapping:
     def __init__(self, pids: tuple[int, int], cores: tuple[int, int], period: float):
         self.pids, self.cores, self.period = pids, cores, period
         self.swaps = 0
+        self._lock = threading.Lock()  # an exchange's moves, or a substitution, at a time
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="duet-swap", daemon=True)
 
@@ -151,12 +152,21 @@ class Swapping:
         flip = n % 2
         return [(self.pids[i], self.cores[(i + flip) % 2]) for i in ((0, 1) if flip else (1, 0))]
 
+    def substitute(self, pid: int, other: int) -> None:
+        """Process `other` takes the place of `pid` from now on: pinned to the core `pid` holds, and
+        moved instead of it at every exchange (harness/perf/ab/standin.py: an arm's round has ended)."""
+        with self._lock:
+            i = self.pids.index(pid)
+            pin(other, self.cores[(i + self.swaps) % 2])  # after n exchanges, pids[i] is on cores[(i + n) % 2]
+            self.pids = (other, self.pids[1]) if i == 0 else (self.pids[0], other)
+
     def _run(self) -> None:
         while not self._stop.wait(self.period):
-            self.swaps += 1
-            try:
-                for pid, core in self.moves(self.swaps):
-                    pin(pid, core)
-            except DuetError as exc:  # a worker that ended: the round's answer says why
-                log.warning("%s; the arms stop exchanging cores for this round", exc)
-                return
+            with self._lock:
+                self.swaps += 1
+                try:
+                    for pid, core in self.moves(self.swaps):
+                        pin(pid, core)
+                except DuetError as exc:  # a worker that ended: the round's answer says why
+                    log.warning("%s; the arms stop exchanging cores for this round", exc)
+                    return

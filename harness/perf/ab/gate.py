@@ -22,8 +22,9 @@ from typing import Any
 
 from harness.core.errors import BadInputError
 from harness.perf.ab import duet, paired
+from harness.perf.ab.standin import StandIn
 from harness.perf.outcome import Outcome, combine, settled
-from harness.perf.ab.arms import Arm
+from harness.perf.ab.arms import Arm, first_to_answer
 from harness.perf.ab.environment import Environment
 from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.ab.loadguard import LoadGuard
@@ -123,6 +124,7 @@ class ABGate:
         self.samples: dict[str, list[Round]] = {"base": [], "candidate": []}
         self.redone = 0
         self.restarts = 0
+        self.stand_in: StandIn | None = None  # duet: takes the core of the arm that finishes a round first
 
     def _load_all(self) -> None:
         """Load (and warm up) both arms' models at once, side by side on their cores in duet. Nothing
@@ -154,6 +156,9 @@ class ABGate:
     def start(self) -> None:
         for arm in self.arms.values():
             arm.start()
+        if self.plan.duet and all(arm.process for arm in self.arms.values()):  # live arms, side by side
+            stand_in = StandIn(self.plan.env())
+            self.stand_in = stand_in if stand_in.start() else None
         self._load_all()
 
     def restart(self) -> None:
@@ -163,6 +168,8 @@ class ABGate:
         self.restarts += 1
 
     def close(self, *, ask: bool = True) -> None:
+        if self.stand_in:
+            self.stand_in.close()
         for arm in self.arms.values():
             arm.close(ask=ask)
             if hasattr(arm, "discard_log"):  # a live worker's log (a replayed arm has none)
@@ -172,6 +179,8 @@ class ABGate:
         """One paired round; measured again (up to MAX_REDOS_PER_ROUND) while the guard sees a disturbance."""
         for attempt in range(MAX_REDOS_PER_ROUND + 1):
             pids = [a.process.pid for a in self.arms.values() if a.process]
+            if self.stand_in and self.stand_in.pid:
+                pids.append(self.stand_in.pid)  # its work is the gate's own, not a disturbance
             before = self.guard.snapshot(pids)
             answers = self._side_by_side(index) if self.plan.duet else self._in_turn(index)
             why = self.guard.disturbance(before, self.guard.snapshot(pids))
@@ -190,7 +199,8 @@ class ABGate:
         return {name: (self.arms[name].request({"op": "round", "index": index}), None) for name in order}
 
     def _side_by_side(self, index: int) -> dict[str, tuple[dict[str, Any], int | None]]:
-        """Duet: both arms' rounds at once, each on its core for this round."""
+        """Duet: both arms' rounds at once, each on its core for this round; the first to finish is
+        replaced on its core by the stand-in until the other finishes (harness/perf/ab/standin.py)."""
         cores = self._pin(index)
         for arm in self.arms.values():
             arm.send({"op": "round", "index": index})
@@ -198,8 +208,21 @@ class ABGate:
         live = base.process is not None and candidate.process is not None  # recorded arms have no process to move
         swapping = (self.swapping_class((base.process.pid, candidate.process.pid), (cores["base"], cores["candidate"]),
                                   self.plan.swap_s) if self.plan.swap_s and live else contextlib.nullcontext())
-        with swapping:
-            return {name: (arm.receive("round"), cores[name]) for name, arm in self.arms.items()}
+        try:
+            with swapping:
+                if live and self.stand_in and self.covers(index):
+                    first = first_to_answer([base, candidate], base.timeout_s)
+                    if first is not None:
+                        name = "base" if first is base else "candidate"
+                        self.stand_in.cover(first.process.pid, swapping if self.plan.swap_s else cores[name])
+                return {name: (arm.receive("round"), cores[name]) for name, arm in self.arms.items()}
+        finally:
+            if self.stand_in:
+                self.stand_in.rest()
+
+    def covers(self, index: int) -> bool:
+        """Whether the stand-in covers a finished arm in round `index` (always; a study may choose)."""
+        return True
 
     def compared_phases(self) -> list[str]:
         """The gated phases (GATED_PHASES) both arms report, with a positive cost, in every round."""

@@ -1,0 +1,143 @@
+"""The stand-in: side by side, the arm that finishes its round first is replaced on its core by a
+process doing the same kind of work, until the other arm finishes too.
+
+Why: an arm never runs alone. Both arms start a round together but seldom end it together: a
+slower candidate (or a noisy spell) leaves it finishing its last decoding mode with its partner's
+core idle. Alone, it does not run as it did beside its partner. On the Intel Xeon with AMX one
+target step took 593 ms alone and 533 ms beside a second model worker, both exchanging cores
+every 0.05 s (docs/perf-gate.md, "The stand-in"); so a planted 10% slower target forward read
+as an 18% slower assisted decoding in the rounds that run assisted last, and 3% in the others.
+With the stand-in, the arm that is behind meets a busy partner core, as in the rest of its round.
+
+The work: one thread streaming bf16 matrix-vector products over STREAM_MB of weights, in chunks of
+a few milliseconds, as a decoding step streams a model's weights; between chunks it reads its
+commands (`run`, `rest`, `quit`) so it stops within one chunk. It is started once a gate, in its
+own process group, dies with the gate, and is counted by the load guard as one of the gate's own
+processes. If it cannot start, the gate runs without it and says so in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+
+from harness.core import locks
+from harness.perf.ab import duet
+
+log = logging.getLogger(__name__)
+
+STREAM_MB = 256     # weights streamed per pass: well beyond the core's private caches
+CHUNK_ROWS = 4096   # a 4096 x 4096 bf16 chunk is 32 MB: a few milliseconds of work
+START_TIMEOUT_S = 120.0
+
+
+class StandIn:
+    """The controller's side: start once, then `cover(...)` a finished arm's core and `rest()`."""
+
+    def __init__(self, env: dict[str, str] | None = None):
+        self.env = dict(env or {})  # the arms' thread settings: one thread
+        self.process: subprocess.Popen | None = None
+        self.running = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def start(self) -> bool:
+        """Start the process and wait until its weights are in memory; False (logged) if it could not."""
+        try:
+            self.process = subprocess.Popen([*locks.dies_with_parent(), sys.executable, "-m", __name__],
+                                            env={**os.environ, **self.env}, stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+            ready = select.select([self.process.stdout], [], [], START_TIMEOUT_S)[0]
+            if ready and self.process.stdout.readline().strip() == "ready":
+                return True
+            why = "it did not get ready in time" if not ready else f"it ended ({self.process.poll()})"
+        except OSError as exc:
+            why = str(exc)
+        log.warning("side by side without a stand-in (%s): an arm that finishes its round last runs its end alone", why)
+        self.close()
+        return False
+
+    def _say(self, command: str) -> bool:
+        try:
+            self.process.stdin.write(command + "\n")
+            self.process.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, AttributeError):
+            return False
+
+    def cover(self, pid: int, where: duet.Swapping | int) -> None:
+        """Take the core of arm `pid`, which has finished its round: its place in the exchange
+        (a Swapping), or core `where` (no exchange within the round), and start working."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            if isinstance(where, duet.Swapping):
+                where.substitute(pid, self.process.pid)
+            else:
+                duet.pin(self.process.pid, where)
+        except (duet.DuetError, ValueError) as exc:
+            log.warning("the stand-in cannot take arm %d's core (%s); it rests this round", pid, exc)
+            return
+        self.running = self._say("run")
+
+    def rest(self) -> None:
+        if self.running:
+            self._say("rest")
+            self.running = False
+
+    def close(self) -> None:
+        """Ask it to quit; kill its process group if it does not within seconds."""
+        if self.process is None:
+            return
+        self._say("quit")
+        p, self.process, self.running = self.process, None, False
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=30)
+        for stream in (p.stdin, p.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+def work() -> None:
+    """The stand-in process: rest until told to run; run chunk by chunk until told to rest or quit."""
+    import torch
+
+    torch.set_num_threads(1)
+    chunks = [torch.full((CHUNK_ROWS, CHUNK_ROWS), 0.01, dtype=torch.bfloat16)
+              for _ in range(max(1, STREAM_MB * 2**20 // (CHUNK_ROWS * CHUNK_ROWS * 2)))]
+    x = torch.full((CHUNK_ROWS,), 0.01, dtype=torch.bfloat16)
+    print("ready", flush=True)
+    fd, buffer, running, n = sys.stdin.fileno(), b"", False, 0
+    while True:
+        if select.select([fd], [], [], None if not running else 0)[0]:
+            data = os.read(fd, 4096)
+            if not data:
+                return  # the controller is gone
+            buffer += data
+            while b"\n" in buffer:
+                line, _, buffer = buffer.partition(b"\n")
+                command = line.decode().strip()
+                if command == "quit":
+                    return
+                running = command == "run"
+            continue
+        torch.mv(chunks[n % len(chunks)], x)
+        n += 1
+
+
+if __name__ == "__main__":
+    work()
