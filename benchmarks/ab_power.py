@@ -157,6 +157,7 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
                         load_request, ab, guard=LoadGuard(noise=noise), plan=plan).run(progress)
     return {"level": level, "into": into, "tolerance": tolerance, "outcome": result.outcome.value, "rounds": result.rounds, "redone": result.redone,
             "restart_every": ab.restart_every, "looks": looks_of(settings), "mode": result.mode, "swap_s": result.swap_s,
+            "stand_in_rounds": result.stand_in_rounds,
             "cpu_class": matrix.cpu_class,
             "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
             "arms": {arm: {m: [s.metric(m) for s in samples] for m in METRICS} for arm, samples in result.samples.items()},

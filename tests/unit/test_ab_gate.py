@@ -57,13 +57,13 @@ def ab(tiny, *args: str, tolerance: str = "0.5", against: str | None = "HEAD") -
 
 
 def workers_left() -> list[str]:
-    """Workers of this module's gates (their cache is a tmp folder of this test run; a gate-power run
+    """Workers (and stand-ins) of this module's gates (their cache is a tmp folder of this test run; a gate-power run
     beside the tests has workers of its own)."""
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     left = []
     for line in ps.splitlines():
         pid, _, args = line.strip().partition(" ")
-        if re.search(r"harness\.perf\.(ab\.)?worker", args):
+        if re.search(r"harness\.perf\.(ab\.)?(worker|standin)", args):
             try:
                 env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:

@@ -127,6 +127,27 @@ def busy_children(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
+def test_a_substitute_takes_the_core_and_the_place_of_a_finished_arm(monkeypatch):
+    """The stand-in (harness/perf/ab/standin.py) lands on the core the finished arm holds after the
+    exchanges so far, and is moved instead of it from then on; the other arm is untouched."""
+    pinned = []
+    monkeypatch.setattr(duet, "pin", lambda pid, core: pinned.append((pid, core)))
+    for swaps, core in ((0, 5), (1, 4), (2, 5), (3, 4)):
+        swapping = duet.Swapping((101, 202), (4, 5), 0.05)
+        swapping.swaps = swaps
+        where = dict(move for n in range(1, swaps + 1) for move in swapping.moves(n)) or {101: 4, 202: 5}
+        assert where[202] == core
+        pinned.clear()
+        swapping.substitute(202, 303)
+        assert pinned == [(303, core)] and swapping.pids == (101, 303)
+        assert {pid for pid, _ in swapping.moves(swaps + 1)} == {101, 303}
+    first = duet.Swapping((101, 202), (4, 5), 0.05)
+    first.substitute(101, 303)
+    assert first.pids == (303, 202)
+    with pytest.raises(ValueError):
+        first.substitute(404, 505)  # not an arm of this round
+
+
 @pytest.mark.alone  # both cores, which a parallel worker pinned to one does not have
 @pytest.mark.skipif(len(affinity.allowed_cores()) < 2, reason="needs 2 cores to move processes between")
 def test_within_a_round_the_arms_exchange_cores_and_stop_when_it_ends():

@@ -70,6 +70,7 @@ class ABResult:
     environments: dict[str, Environment] | None = None  # arm -> the environment its worker ran in (None: replayed)
     swap_s: float | None = None               # side by side: the arms exchanged cores every swap_s s within a round
     cut_short: bool = False                   # replayed: the recording ended before the gate decided
+    stand_in_rounds: int = 0                  # side by side: rounds whose first arm to finish the stand-in replaced
 
     @property
     def environment_changes(self) -> dict[str, tuple[str | None, str | None]]:
@@ -125,6 +126,7 @@ class ABGate:
         self.redone = 0
         self.restarts = 0
         self.stand_in: StandIn | None = None  # duet: takes the core of the arm that finishes a round first
+        self.covered = 0                      # rounds in which it did
 
     def _load_all(self) -> None:
         """Load (and warm up) both arms' models at once, side by side on their cores in duet. Nothing
@@ -214,7 +216,7 @@ class ABGate:
                     first = first_to_answer([base, candidate], base.timeout_s)
                     if first is not None:
                         name = "base" if first is base else "candidate"
-                        self.stand_in.cover(first.process.pid, swapping if self.plan.swap_s else cores[name])
+                        self.covered += self.stand_in.cover(first.process.pid, swapping if self.plan.swap_s else cores[name])
                 return {name: (arm.receive("round"), cores[name]) for name, arm in self.arms.items()}
         finally:
             if self.stand_in:
@@ -291,7 +293,7 @@ class ABGate:
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,
                         self.counter_differences(), notes=notes,
                         environments=environments if all(environments.values()) else None,
-                        swap_s=self.plan.swap_s, cut_short=cut_short)
+                        swap_s=self.plan.swap_s, cut_short=cut_short, stand_in_rounds=self.covered)
 
     def described(self, name: str) -> str:
         """An arm as results name it: its revision and commit, and its environment where it has its own."""

@@ -71,11 +71,12 @@ class StandIn:
         except (BrokenPipeError, OSError, AttributeError):
             return False
 
-    def cover(self, pid: int, where: duet.Swapping | int) -> None:
+    def cover(self, pid: int, where: duet.Swapping | int) -> bool:
         """Take the core of arm `pid`, which has finished its round: its place in the exchange
-        (a Swapping), or core `where` (no exchange within the round), and start working."""
+        (a Swapping), or core `where` (no exchange within the round), and start working; False
+        where it could not."""
         if self.process is None or self.process.poll() is not None:
-            return
+            return False
         try:
             if isinstance(where, duet.Swapping):
                 where.substitute(pid, self.process.pid)
@@ -83,8 +84,9 @@ class StandIn:
                 duet.pin(self.process.pid, where)
         except (duet.DuetError, ValueError) as exc:
             log.warning("the stand-in cannot take arm %d's core (%s); it rests this round", pid, exc)
-            return
+            return False
         self.running = self._say("run")
+        return self.running
 
     def rest(self) -> None:
         if self.running:
