@@ -82,7 +82,7 @@ class Bench:
         if condition.startswith("spin"):
             return self.child([sys.executable, "-c", "while True: pass"])
         if condition.startswith("stand-in"):
-            self.stand_in._say("run")
+            self.stand_in.cover(self.sleeper.pid, self.far)  # as if the sleeper were an arm that had finished
             return self.stand_in.process
         if condition.startswith("model"):
             self.second.stdin.write(f"{self.steps * 3}\n")  # outlasts the measured steps
@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     conditions = [c + s for c in CONDITIONS for s in ("", ", exchanging")]
     try:
         bench.start()
+        bench.trial("idle")  # a warm-up: a fresh worker's first steps run slower
         for cycle in range(args.cycles):
             random.shuffle(conditions)
             for c in conditions:
