@@ -172,6 +172,52 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
 
 
 
+def study_arguments(p: argparse.ArgumentParser, rounds: int, multiple: int) -> None:
+    """The options the study scripts share: --level, --rounds (`rounds` by default, a multiple of
+    `multiple`), --out and --show; check_study_arguments() checks them once parsed."""
+    p.add_argument("--level", type=float, default=0.0, metavar="FRACTION",
+                   help="the candidate's target forward this much slower (default 0: an A/A gate)")
+    p.add_argument("--rounds", type=int, default=rounds,
+                   help=f"rounds of the gate, all run (a multiple of {multiple}, at least 4)")
+    p.add_argument("--out", type=Path, required=True, help="JSON lines: one row a gate, appended")
+    p.add_argument("--show", action="store_true", help="print the kept rows only")
+    p.set_defaults(rounds_multiple=multiple)
+
+
+def check_study_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.rounds < 4 or args.rounds % args.rounds_multiple:
+        p.error(f"--rounds {args.rounds}: a multiple of {args.rounds_multiple}, at least 4")
+    if not 0 <= args.level < 1:
+        p.error(f"--level {args.level:g}: a fraction from 0 (A/A) to below 1")
+
+
+def study_gate(pair: str, rounds: int, level: float, plan: duet.Plan, gate_class: type[ABGate]) -> dict:
+    """One gate of exactly `rounds` rounds (its first look at the last) of HEAD against the working
+    tree, the candidate's target forward `level` slower, for the study scripts (duet_swap.py,
+    duet_standin.py): run_gate's row with its combination and host condition."""
+    matrix = registry.load_matrix()
+    settings = dataclasses.replace(PerfSettings.from_matrix(matrix), rounds=rounds, max_rounds=rounds)
+    combo = combination(matrix, pair, settings)
+    repo = revision.repository_root(REPO)
+    trees = (revision.checkout(repo, "HEAD"), revision.working_tree(repo))
+    noise = noise_pids()
+    row = run_gate(matrix, combo, settings, trees, level, 0.10, seed=0, plan=plan, restart_every=4, noise=noise,
+                   gate_class=gate_class)
+    return {"combination": combo.id, "condition": "noisy" if noise else "quiet", **row}
+
+
+def kept_rows(out: Path, row: dict | None) -> list[dict]:
+    """Append `row` (if any) to the JSON lines file `out`; every row it keeps. SystemExit naming the
+    file where there is none."""
+    if row is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+    if not out.exists():
+        raise SystemExit(f"--out {out}: no such file; run without --show first")
+    return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+
+
 def shifts(done: list[dict], level: tuple[str, float]) -> dict[str, float] | None:
     """The factor a planted level moves each of the candidate's metrics and gated phases by, as the
     gate's ratios go (below 1: slower; a phase's cost is divided by it): measured (the mean per-round

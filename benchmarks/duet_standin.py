@@ -4,7 +4,7 @@ covers the first arm to finish in rounds 0-1, 4-5, 8-9, ... and not in rounds 2-
 settings meet the same hour of the host and the same worker pairs, and each has rounds of both
 orders (even rounds run plain decoding first, odd rounds assisted first: harness/measure/interleave.py).
 With --level the candidate's target forward is that much slower (a planted slowdown; A/A without).
-Appends the gate's row (benchmarks/ab_power.py's row, plus `swap_s` and `standin`) to --out, then
+Appends the gate's row (benchmarks/ab_power.py's row, plus `standin`) to --out, then
 prints, per setting and round order, the mean ln(candidate/base) of each metric and gated phase.
 
     python benchmarks/duet_standin.py --level 0.1 --rounds 16 --out benchmarks/data/duet_standin_amx.jsonl
@@ -14,19 +14,13 @@ prints, per setting and round order, the mean ln(candidate/base) of each metric 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import math
 import statistics
 import sys
-from pathlib import Path
 
 import ab_power
-from harness.perf.ab import duet, revision
+from harness.perf.ab import duet
 from harness.perf.ab.gate import ABGate
-from harness.perf.ab.loadguard import noise_pids
-from harness.perf.combinations import PerfSettings
-from harness.workload import registry
 
 ORDERS = ("plain first", "assisted first")  # even rounds, odd rounds
 
@@ -72,38 +66,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pair", default="qwen-coder-1.5b+0.5b")
     p.add_argument("--swap", type=float, default=duet.SWAP_S, metavar="SECONDS",
                    help=f"exchange cores within a round every SECONDS (0: between rounds only; default {duet.SWAP_S})")
-    p.add_argument("--level", type=float, default=0.0, metavar="FRACTION",
-                   help="the candidate's target forward this much slower (default 0: an A/A gate)")
-    p.add_argument("--rounds", type=int, default=16, help="rounds of the gate, all run (a multiple of 4)")
-    p.add_argument("--out", type=Path, required=True, help="JSON lines: one row a gate, appended")
-    p.add_argument("--show", action="store_true", help="print the kept rows only")
+    ab_power.study_arguments(p, rounds=16, multiple=4)
     args = p.parse_args(argv)
-    if args.rounds < 4 or args.rounds % 4:
-        p.error(f"--rounds {args.rounds}: a multiple of 4, at least 4")
-    if not 0 <= args.level < 1:
-        p.error(f"--level {args.level:g}: a fraction from 0 (A/A) to below 1")
+    ab_power.check_study_arguments(p, args)
     if not args.show:
         try:
             plan = duet.plan("on", swap_s=args.swap)
         except duet.DuetError as exc:
             p.error(str(exc).replace(duet.SWAP_OPTION, "--swap"))
-        matrix = registry.load_matrix()
-        settings = dataclasses.replace(PerfSettings.from_matrix(matrix), rounds=args.rounds, max_rounds=args.rounds)
-        combo = ab_power.combination(matrix, args.pair, settings)
-        repo = revision.repository_root(ab_power.REPO)
-        trees = (revision.checkout(repo, "HEAD"), revision.working_tree(repo))
-        noise = noise_pids()
-        row = ab_power.run_gate(matrix, combo, settings, trees, args.level, 0.10, seed=0, plan=plan,
-                                restart_every=4, noise=noise, gate_class=HalfCovered)
-        row = {"combination": combo.id, "condition": "noisy" if noise else "quiet", **row,
-               "standin": "the stand-in covered the first arm to finish in rounds i with i % 4 < 2"}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row) + "\n")
-    if not args.out.exists():
-        p.error(f"--out {args.out}: no such file; run without --show first")
-    for line in args.out.read_text(encoding="utf-8").splitlines():
-        show(json.loads(line))
+        row = ab_power.study_gate(args.pair, args.rounds, args.level, plan, HalfCovered)
+        row["standin"] = "the stand-in covered the first arm to finish in rounds i with i % 4 < 2"
+    for kept in ab_power.kept_rows(args.out, None if args.show else row):
+        show(kept)
     return 0
 
 

@@ -19,19 +19,13 @@ the per-round spread (sd) and mean of ln(candidate/base) under each setting.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import math
 import statistics
 import sys
-from pathlib import Path
 
 import ab_power
-from harness.perf.ab import duet, revision
+from harness.perf.ab import duet
 from harness.perf.ab.gate import ABGate
-from harness.perf.ab.loadguard import noise_pids
-from harness.perf.combinations import PerfSettings
-from harness.workload import registry
 
 
 class BaseFirst(duet.Swapping):
@@ -94,16 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the even rounds' period (default 0: they swap cores between rounds only)")
     p.add_argument("--even-base-first", action="store_true",
                    help="the even rounds move the base arm first at every exchange (the gate alternates the first mover)")
-    p.add_argument("--level", type=float, default=0.0, metavar="FRACTION",
-                   help="the candidate's target forward this much slower (default 0: an A/A gate)")
-    p.add_argument("--rounds", type=int, default=32, help="rounds of the gate, all run (at least 4, even)")
-    p.add_argument("--out", type=Path, required=True, help="JSON lines: one row a gate, appended")
-    p.add_argument("--show", action="store_true", help="print the kept rows only")
+    ab_power.study_arguments(p, rounds=32, multiple=2)
     args = p.parse_args(argv)
-    if args.rounds < 4 or args.rounds % 2:
-        p.error(f"--rounds {args.rounds}: an even number, at least 4")
-    if not 0 <= args.level < 1:
-        p.error(f"--level {args.level:g}: a fraction from 0 (A/A) to below 1")
+    ab_power.check_study_arguments(p, args)
     if args.even_base_first and not args.even_swap:
         p.error("--even-base-first: the even rounds exchange cores only with --even-swap SECONDS (above 0)")
     if not args.show:
@@ -113,26 +100,14 @@ def main(argv: list[str] | None = None) -> int:
                 plans.append(duet.plan("on", swap_s=period))
             except duet.DuetError as exc:
                 p.error(str(exc).replace(duet.SWAP_OPTION, flag))
-        matrix = registry.load_matrix()
-        settings = dataclasses.replace(PerfSettings.from_matrix(matrix), rounds=args.rounds, max_rounds=args.rounds)
-        combo = ab_power.combination(matrix, args.pair, settings)
-        repo = revision.repository_root(ab_power.REPO)
-        trees = (revision.checkout(repo, "HEAD"), revision.working_tree(repo))
-        noise = noise_pids()
-        row = ab_power.run_gate(matrix, combo, settings, trees, args.level, 0.10, seed=0, plan=plans[0],
-                                restart_every=4, noise=noise, gate_class=alternating(*plans, args.even_base_first))
-        row = {"combination": combo.id, "condition": "noisy" if noise else "quiet", **row,
-               "swap_s": args.swap, "even_swap_s": args.even_swap, "even_base_first": args.even_base_first,
-               "alternating": "odd rounds exchange cores every swap_s seconds, even rounds every even_swap_s "
-                              "(0: between rounds only), moving the base first at every exchange where "
-                              "even_base_first"}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row) + "\n")
-    if not args.out.exists():
-        p.error(f"--out {args.out}: no such file; run without --show first")
-    for line in args.out.read_text(encoding="utf-8").splitlines():
-        show(json.loads(line))
+        row = ab_power.study_gate(args.pair, args.rounds, args.level, plans[0],
+                                  alternating(*plans, args.even_base_first))
+        row.update({"swap_s": args.swap, "even_swap_s": args.even_swap, "even_base_first": args.even_base_first,
+                    "alternating": "odd rounds exchange cores every swap_s seconds, even rounds every even_swap_s "
+                                   "(0: between rounds only), moving the base first at every exchange where "
+                                   "even_base_first"})
+    for kept in ab_power.kept_rows(args.out, None if args.show else row):
+        show(kept)
     return 0
 
 

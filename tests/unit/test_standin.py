@@ -9,11 +9,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from harness.machine import affinity
-from harness.perf.ab.arms import Arm, first_to_answer
+from harness.perf.ab import duet
+from harness.perf.ab.arms import Arm, ArmError, first_to_answer
+from harness.perf.ab.gate import ABGate
 from harness.perf.ab.loadguard import process_cpu_s
 from harness.perf.ab.standin import StandIn
 from waiting import wait_for
@@ -33,10 +36,11 @@ def test_the_stand_in_works_only_while_covering_a_core_and_leaves_no_process():
     pid = stand_in.pid
     try:
         assert cpu_over(pid, 0.5) < 0.05  # resting: blocked on its commands
+        before = process_cpu_s(pid)
         assert stand_in.cover(os.getpid(), core) and os.sched_getaffinity(pid) == {core}
-        assert wait_for(lambda: process_cpu_s(pid) > 0.2, 20)  # working
-        stand_in.rest()
-        time.sleep(0.2)  # stops within a chunk (milliseconds)
+        assert wait_for(lambda: process_cpu_s(pid) > before + 0.2, 20)  # working
+        stand_in.rest()  # returns once it has stopped, and stays for the next round
+        assert stand_in.pid == pid
         assert cpu_over(pid, 0.5) < 0.05
     finally:
         stand_in.close()
@@ -44,11 +48,69 @@ def test_the_stand_in_works_only_while_covering_a_core_and_leaves_no_process():
     assert not stand_in.cover(os.getpid(), core)  # closed: covers nothing, says so
 
 
-def test_a_stand_in_that_cannot_start_lets_the_gate_go_on_and_says_why(monkeypatch, caplog):
+def test_a_stand_in_that_cannot_start_is_killed_at_once_and_says_why(monkeypatch, caplog):
     monkeypatch.setattr("harness.perf.ab.standin.START_TIMEOUT_S", 0.01)  # not ready in time
+    started = []
+    real = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **kw: started.append(real(*a, **kw)) or started[-1])
     stand_in = StandIn()
-    assert not stand_in.start() and stand_in.pid is None
+    t = time.monotonic()
+    assert not stand_in.start() and stand_in.pid is None and not stand_in.cover(os.getpid(), 0)
+    assert time.monotonic() - t < 5 and started[0].poll() is not None  # killed, not asked while it imports
     assert "side by side without a stand-in (it did not get ready in time)" in caplog.text
+
+
+class FakeStandIn:
+    """Records what the gate asks of its stand-in."""
+    pid = None
+
+    def __init__(self):
+        self.calls = []
+
+    def cover(self, pid, where):
+        self.calls.append(("cover", pid, where))
+        return True
+
+    def rest(self):
+        self.calls.append(("rest",))
+
+
+def answering(name: str, script: str) -> Arm:
+    """An arm whose worker runs `script` (it reads the round's request from stdin)."""
+    a = Arm.__new__(Arm)
+    a.name, a._buffer, a.timeout_s, a.failed, a.log_path = name, b"", 30.0, False, Path(os.devnull)
+    a.tree = SimpleNamespace(label=name, commit="0" * 12)
+    a.environment = SimpleNamespace(python=sys.executable, label="here")
+    a.process = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.stdin.readline(); " + script],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return a
+
+
+@pytest.mark.alone  # pins both cores
+@pytest.mark.skipif(len(affinity.allowed_cores()) < 2, reason="needs 2 cores for side-by-side arms")
+@pytest.mark.parametrize("swap_s", [0.05, 0])
+def test_the_gate_covers_the_first_arm_to_finish_and_rests_the_stand_in_whatever_happens(swap_s):
+    cores = affinity.allowed_cores()[:2]
+    answer = "print('{\"ok\": true}', flush=True)"
+    gate = ABGate.__new__(ABGate)
+    gate.plan, gate.stand_in = duet.plan("on", cores, swap_s=swap_s), FakeStandIn()
+    gate.arms = {"base": answering("base", "time.sleep(1); " + answer), "candidate": answering("candidate", answer)}
+    try:
+        answers = gate._side_by_side(0)
+        assert answers == {"base": ({"ok": True}, cores[0]), "candidate": ({"ok": True}, cores[1])}
+        (what, pid, where), rest = gate.stand_in.calls
+        assert (what, pid, rest) == ("cover", gate.arms["candidate"].process.pid, ("rest",)) and gate.covering
+        assert isinstance(where, duet.Swapping) if swap_s else where == cores[1]  # the finished arm's core
+        # a worker that dies mid-round: it is "first" (its pipe ends), the round fails, the stand-in rests
+        gate.stand_in = FakeStandIn()
+        gate.arms = {"base": answering("base", "time.sleep(0.5); " + answer), "candidate": answering("candidate", "")}
+        with pytest.raises(ArmError, match="the worker died during round"):
+            gate._side_by_side(1)
+        assert gate.stand_in.calls[-1] == ("rest",)
+    finally:
+        for arm in gate.arms.values():
+            arm.process.kill()
+            arm.process.wait()
 
 
 def test_the_first_arm_to_answer_is_found_without_waiting_for_the_other():

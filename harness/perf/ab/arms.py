@@ -40,14 +40,38 @@ class ArmError(UnsupportedHereError):
 LOG_PREFIX = "ab-arm-"  # + owner pid: the logs of a killed gate are swept by the next (harness/core/locks.py)
 
 
+def end_process(p: subprocess.Popen, quit_line: str | None, wait_s: float = 10.0) -> None:
+    """End a child started in its own process group: send `quit_line` and wait up to wait_s for it
+    to exit (None: not asked), then kill the group; its pipes closed."""
+    if quit_line is not None and p.poll() is None:
+        try:
+            p.stdin.write(quit_line + "\n")
+            p.stdin.flush()
+            p.wait(timeout=wait_s)
+        except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+            pass
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=30)
+    for stream in (p.stdin, p.stdout):
+        try:
+            if stream:
+                stream.close()
+        except OSError:
+            pass
+
+
 def first_to_answer(arms: list[Arm], timeout_s: float) -> Arm | None:
     """The first of the running arms with something to read (a full line buffered, or its pipe
     readable: an answer, or an end that receive() reports), within timeout_s; None if none."""
     waiting = [a for a in arms if a.answer_waiting()]
     if waiting:
         return waiting[0]
-    ready = select.select([a.process.stdout.fileno() for a in arms], [], [], timeout_s)[0]
-    return next((a for a in arms if a.process.stdout.fileno() in ready), None)
+    ready = select.select(arms, [], [], timeout_s)[0]
+    return ready[0] if ready else None
 
 
 class Arm:
@@ -151,6 +175,10 @@ class Arm:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode("utf-8", "replace")
 
+    def fileno(self) -> int:
+        """The worker's answers' pipe (for select)."""
+        return self.process.stdout.fileno()
+
     def answer_waiting(self) -> bool:
         """A full line from the worker is buffered (a receive() would not wait)."""
         return b"\n" in self._buffer
@@ -167,26 +195,8 @@ class Arm:
         """Ask the worker to quit; kill its process group if it does not within seconds (at once
         with ask=False: a worker that broke the protocol is not asked)."""
         p, self.process = self.process, None
-        if p is None:
-            return
-        if ask and p.poll() is None:
-            try:
-                p.stdin.write(json.dumps({"op": "quit"}) + "\n")
-                p.stdin.flush()
-                p.wait(timeout=10)
-            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
-                pass
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait(timeout=30)
-        for stream in (p.stdin, p.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        if p is not None:
+            end_process(p, json.dumps({"op": "quit"}) if ask else None)
 
     def discard_log(self) -> None:
         """At the end of a gate: the worker's log goes unless an error pointed the user to it."""

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,7 +127,9 @@ class ABGate:
         self.redone = 0
         self.restarts = 0
         self.stand_in: StandIn | None = None  # duet: takes the core of the arm that finishes a round first
-        self.covered = 0                      # rounds in which it did
+        self.covering = False                 # it did in the round now measured
+        self.covered = 0                      # rounds kept in which it did
+        self.notes: list[str] = []            # said in the result, beside the phases' and the looks' notes
 
     def _load_all(self) -> None:
         """Load (and warm up) both arms' models at once, side by side on their cores in duet. Nothing
@@ -159,8 +162,11 @@ class ABGate:
         for arm in self.arms.values():
             arm.start()
         if self.plan.duet and all(arm.process for arm in self.arms.values()):  # live arms, side by side
-            stand_in = StandIn(self.plan.env())
-            self.stand_in = stand_in if stand_in.start() else None
+            self.stand_in = StandIn(self.plan.env())  # held before it starts: an interrupt meanwhile closes it
+            if not self.stand_in.start():
+                self.stand_in = None
+                self.notes.append("side by side without a stand-in (it could not start: see the log): the arm that "
+                                  "finished a round last ran its end alone")
         self._load_all()
 
     def restart(self) -> None:
@@ -170,12 +176,14 @@ class ABGate:
         self.restarts += 1
 
     def close(self, *, ask: bool = True) -> None:
-        if self.stand_in:
-            self.stand_in.close()
-        for arm in self.arms.values():
-            arm.close(ask=ask)
-            if hasattr(arm, "discard_log"):  # a live worker's log (a replayed arm has none)
-                arm.discard_log()
+        try:
+            if self.stand_in:
+                self.stand_in.close(ask=ask)
+        finally:
+            for arm in self.arms.values():
+                arm.close(ask=ask)
+                if hasattr(arm, "discard_log"):  # a live worker's log (a replayed arm has none)
+                    arm.discard_log()
 
     def round(self, index: int) -> None:
         """One paired round; measured again (up to MAX_REDOS_PER_ROUND) while the guard sees a disturbance."""
@@ -184,12 +192,14 @@ class ABGate:
             if self.stand_in and self.stand_in.pid:
                 pids.append(self.stand_in.pid)  # its work is the gate's own, not a disturbance
             before = self.guard.snapshot(pids)
+            self.covering = False
             answers = self._side_by_side(index) if self.plan.duet else self._in_turn(index)
             why = self.guard.disturbance(before, self.guard.snapshot(pids))
             if why is None or attempt == MAX_REDOS_PER_ROUND:
                 break
             self.redone += 1
             log.info("%s: round %d disturbed (%s); measuring it again", self.combo.id, index, why)
+        self.covered += self.covering
         for name, (answer, core) in answers.items():
             r = Round.from_json(answer, f"{self.arms[name].label} round {index + 1}")
             self.samples[name].append(r if core is None else dataclasses.replace(r, cpu=core))
@@ -210,14 +220,20 @@ class ABGate:
         live = base.process is not None and candidate.process is not None  # recorded arms have no process to move
         swapping = (self.swapping_class((base.process.pid, candidate.process.pid), (cores["base"], cores["candidate"]),
                                   self.plan.swap_s) if self.plan.swap_s and live else contextlib.nullcontext())
+        deadline = time.monotonic() + base.timeout_s if live else None  # one round's time, both arms together
+
+        def left() -> float | None:
+            return max(1.0, deadline - time.monotonic()) if deadline is not None else None
+
         try:
             with swapping:
                 if live and self.stand_in and self.covers(index):
                     first = first_to_answer([base, candidate], base.timeout_s)
                     if first is not None:
                         name = "base" if first is base else "candidate"
-                        self.covered += self.stand_in.cover(first.process.pid, swapping if self.plan.swap_s else cores[name])
-                return {name: (arm.receive("round"), cores[name]) for name, arm in self.arms.items()}
+                        where = swapping if self.plan.swap_s else cores[name]
+                        self.covering = self.stand_in.cover(first.process.pid, where)
+                return {name: (arm.receive("round", timeout_s=left()), cores[name]) for name, arm in self.arms.items()}
         finally:
             if self.stand_in:
                 self.stand_in.rest()
@@ -287,7 +303,7 @@ class ABGate:
         self.close()
         short = (f"the recording ends after {index} rounds, before the gate decided: what was still inconclusive "
                  "is UNDECIDED, as at a cap") if cut_short else None
-        notes = [n for n in (self.phase_note(), located(decisions, index), short) if n]
+        notes = self.notes + [n for n in (self.phase_note(), located(decisions, index), short) if n]
         environments = {name: arm.environment for name, arm in self.arms.items()}
         return ABResult(self.combo.id, self.described("base"), self.described("candidate"), decisions,
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,

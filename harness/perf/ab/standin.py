@@ -1,19 +1,17 @@
 """The stand-in: side by side, the arm that finishes its round first is replaced on its core by a
-process doing the same kind of work, until the other arm finishes too.
+process doing the same kind of work, until the other arm finishes too, so that neither arm runs
+the end of its round alone.
 
-Why: an arm never runs alone. Both arms start a round together but seldom end it together: a
-slower candidate (or a noisy spell) leaves it finishing its last decoding mode with its partner's
-core idle. Alone, it does not run as it did beside its partner. On the Intel Xeon with AMX one
-target step took 593 ms alone and 533 ms beside a second model worker, both exchanging cores
-every 0.05 s (docs/perf-gate.md, "The stand-in"); so a planted 10% slower target forward read
-as an 18% slower assisted decoding in the rounds that run assisted last, and 3% in the others.
-With the stand-in, the arm that is behind meets a busy partner core, as in the rest of its round.
+Why: both arms start a round together but seldom end it together, and an arm that runs alone
+while the arms exchange cores runs slower than beside a partner (measured: docs/perf-gate.md,
+"Side by side (duet)", the stand-in). A slower candidate then read slower still in the mode it ran
+last, and which mode that is depends on the round's order.
 
 The work: one thread streaming bf16 matrix-vector products over STREAM_MB of weights, in chunks of
 a few milliseconds, as a decoding step streams a model's weights; between chunks it reads its
-commands (`run`, `rest`, `quit`) so it stops within one chunk. It is started once a gate, in its
-own process group, dies with the gate, and is counted by the load guard as one of the gate's own
-processes. If it cannot start, the gate runs without it and says so in the log.
+commands (`run`; `rest`, answered `rested` once it has stopped; `quit`). It is started once a
+gate, in its own process group, dies with the gate, and the load guard counts it as one of the
+gate's own processes. If it cannot start, or ends, the gate goes on without it and says so.
 """
 
 from __future__ import annotations
@@ -21,18 +19,19 @@ from __future__ import annotations
 import logging
 import os
 import select
-import signal
 import subprocess
 import sys
 
 from harness.core import locks
 from harness.perf.ab import duet
+from harness.perf.ab.arms import end_process
 
 log = logging.getLogger(__name__)
 
 STREAM_MB = 256     # weights streamed per pass: well beyond the core's private caches
 CHUNK_ROWS = 4096   # a 4096 x 4096 bf16 chunk is 32 MB: a few milliseconds of work
 START_TIMEOUT_S = 120.0
+REST_TIMEOUT_S = 10.0  # a chunk is milliseconds; this is for a stand-in that stopped answering
 
 
 class StandIn:
@@ -60,7 +59,7 @@ class StandIn:
         except OSError as exc:
             why = str(exc)
         log.warning("side by side without a stand-in (%s): an arm that finishes its round last runs its end alone", why)
-        self.close()
+        self.close(ask=False)
         return False
 
     def _say(self, command: str) -> bool:
@@ -74,8 +73,12 @@ class StandIn:
     def cover(self, pid: int, where: duet.Swapping | int) -> bool:
         """Take the core of arm `pid`, which has finished its round: its place in the exchange
         (a Swapping), or core `where` (no exchange within the round), and start working; False
-        where it could not."""
-        if self.process is None or self.process.poll() is not None:
+        where it could not (logged)."""
+        if self.process is None:
+            return False
+        if self.process.poll() is not None:
+            log.warning("the stand-in ended (%s); side by side without it from now on", self.process.poll())
+            self.close(ask=False)
             return False
         try:
             if isinstance(where, duet.Swapping):
@@ -89,29 +92,22 @@ class StandIn:
         return self.running
 
     def rest(self) -> None:
-        if self.running:
-            self._say("rest")
-            self.running = False
-
-    def close(self) -> None:
-        """Ask it to quit; kill its process group if it does not within seconds."""
-        if self.process is None:
+        """Stop working, and wait until it has (so that its last chunk stays out of the next round)."""
+        if not self.running:
             return
-        self._say("quit")
+        self.running = False
+        p = self.process
+        if self._say("rest") and select.select([p.stdout], [], [], REST_TIMEOUT_S)[0] \
+                and p.stdout.readline().strip() == "rested":
+            return
+        log.warning("the stand-in did not stop when told; side by side without it from now on")
+        self.close(ask=False)
+
+    def close(self, *, ask: bool = True) -> None:
+        """Ask it to quit (ask=False: kill it at once); kill its process group if it does not within seconds."""
         p, self.process, self.running = self.process, None, False
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait(timeout=30)
-        for stream in (p.stdin, p.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        if p is not None:
+            end_process(p, "quit" if ask else None)
 
 
 def work() -> None:
@@ -135,6 +131,8 @@ def work() -> None:
                 command = line.decode().strip()
                 if command == "quit":
                     return
+                if command == "rest" and running:
+                    print("rested", flush=True)
                 running = command == "run"
             continue
         torch.mv(chunks[n % len(chunks)], x)
