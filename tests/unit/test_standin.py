@@ -82,7 +82,7 @@ def answering(name: str, script: str) -> Arm:
     a.tree = SimpleNamespace(label=name, commit="0" * 12)
     a.environment = SimpleNamespace(python=sys.executable, label="here")
     a.process = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.stdin.readline(); " + script],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
     return a
 
 
@@ -95,6 +95,7 @@ def test_the_gate_covers_the_first_arm_to_finish_and_rests_the_stand_in_whatever
     gate = ABGate.__new__(ABGate)
     gate.plan, gate.stand_in = duet.plan("on", cores, swap_s=swap_s), FakeStandIn()
     gate.arms = {"base": answering("base", "time.sleep(1); " + answer), "candidate": answering("candidate", answer)}
+    started = list(gate.arms.values())
     try:
         answers = gate._side_by_side(0)
         assert answers == {"base": ({"ok": True}, cores[0]), "candidate": ({"ok": True}, cores[1])}
@@ -104,13 +105,13 @@ def test_the_gate_covers_the_first_arm_to_finish_and_rests_the_stand_in_whatever
         # a worker that dies mid-round: it is "first" (its pipe ends), the round fails, the stand-in rests
         gate.stand_in = FakeStandIn()
         gate.arms = {"base": answering("base", "time.sleep(0.5); " + answer), "candidate": answering("candidate", "")}
+        started += gate.arms.values()
         with pytest.raises(ArmError, match="the worker died during round"):
             gate._side_by_side(1)
         assert gate.stand_in.calls[-1] == ("rest",)
     finally:
-        for arm in gate.arms.values():
-            arm.process.kill()
-            arm.process.wait()
+        for arm in started:
+            arm.close(ask=False)
 
 
 def test_the_first_arm_to_answer_is_found_without_waiting_for_the_other():

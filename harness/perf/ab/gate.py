@@ -223,7 +223,7 @@ class ABGate:
         deadline = time.monotonic() + base.timeout_s if live else None  # one round's time, both arms together
 
         def left() -> float | None:
-            return max(1.0, deadline - time.monotonic()) if deadline is not None else None
+            return max(0.1, deadline - time.monotonic()) if deadline is not None else None
 
         try:
             with swapping:

@@ -100,7 +100,8 @@ class StandIn:
         if self._say("rest") and select.select([p.stdout], [], [], REST_TIMEOUT_S)[0] \
                 and p.stdout.readline().strip() == "rested":
             return
-        log.warning("the stand-in did not stop when told; side by side without it from now on")
+        why = f"it ended ({p.poll()})" if p.poll() is not None else "it did not stop when told"
+        log.warning("the stand-in is gone (%s); side by side without it from now on", why)
         self.close(ask=False)
 
     def close(self, *, ask: bool = True) -> None:
