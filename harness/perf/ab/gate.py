@@ -228,7 +228,7 @@ class ABGate:
         try:
             with swapping:
                 if live and self.stand_in and self.covers(index):
-                    first = first_to_answer([base, candidate], base.timeout_s)
+                    first = first_to_answer([base, candidate], left())
                     if first is not None:
                         name = "base" if first is base else "candidate"
                         where = swapping if self.plan.swap_s else cores[name]
