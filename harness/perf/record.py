@@ -149,6 +149,9 @@ class ABDetail:
     # side by side: the period (s) at which the arms exchanged cores within a round (--perf-duet-swap);
     # None: between rounds only, in turn, replayed, or before schema 6
     swap_s: float | None = None
+    # live side by side: the rounds in which the stand-in (harness/perf/ab/standin.py) took the core of the arm
+    # that finished first (0: it could not start, said in the notes); None: in turn, replayed, or before schema 7
+    stand_in_rounds: int | None = None
 
 
 @dataclass

@@ -129,6 +129,8 @@ def test_a_live_gate_runs_end_to_end_and_its_replay_decides_the_same(tiny, tmp_p
     if rec["ab"]["mode"] == "duet":
         cores = [(c["cpu"], b["cpu"]) for c, b in zip(rec["rounds"], rec["ab"]["base_rounds"])]
         assert all(c != b for c, b in cores) and cores[0] == cores[1][::-1], cores
+    # the stand-in took the first finished arm's core in every round side by side; none runs in turn
+    assert rec["ab"]["stand_in_rounds"] == (len(rec["rounds"]) if rec["ab"]["mode"] == "duet" else None), rec["notes"]
     assert (tiny[1] / "reports" / "ab.png").stat().st_size > 0
     assert not workers_left()
 
@@ -139,6 +141,7 @@ def test_a_live_gate_runs_end_to_end_and_its_replay_decides_the_same(tiny, tmp_p
                          against=None)
     assert replayed["verdict"] == rec["verdict"] and replayed["decisions"] == rec["decisions"], again.stdout[-3000:]
     assert replayed["rounds"] == rec["rounds"] and replayed["ab"]["ratios"] == rec["ab"]["ratios"]
+    assert replayed["ab"]["stand_in_rounds"] is None  # recorded arms: no process to stand in for
     assert f"replayed from {recording}" in again.stdout or rec["verdict"] == "pass"
 
 

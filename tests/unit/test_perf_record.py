@@ -88,27 +88,32 @@ def test_an_arm_environment_in_results_is_what_the_environment_writes():
                     report.SCHEMA, "results", ResultsError)
 
 
-def test_recordings_of_every_earlier_schema_replay_and_a_swap_period_out_of_range_is_not_a_record(tmp_path):
-    """A side-by-side gate records the period at which its arms exchanged cores within a round; a
-    recording from before that field (or before the environments) is given it as null and replays."""
+def test_recordings_of_every_earlier_schema_replay_and_a_swap_or_stand_in_out_of_range_is_not_a_record(tmp_path):
+    """A side-by-side gate records the period at which its arms exchanged cores within a round and the
+    rounds its stand-in covered; a recording from before those fields (or before the environments) is
+    given them as null and replays."""
     from harness.perf.replay import Recording
 
     detail = ABDetail("HEAD abc", "working tree def", "duet", [a_round(cpu=1)], {m: [1.0] for m in METRICS}, 0, 0, [],
-                      swap_s=0.25)
+                      swap_s=0.25, stand_in_rounds=1)
     doc = results_doc(CombinationResult("c", "p", "ab", Outcome.PASS, [a_round(cpu=0)], ab=detail))
     jsonio.validate(doc, report.SCHEMA, "results", ResultsError)
-    for bad in (0, -0.25, "0.25"):
+    for field, bad in (("swap_s", 0), ("swap_s", -0.25), ("swap_s", "0.25"),
+                       ("stand_in_rounds", -1), ("stand_in_rounds", 0.5), ("stand_in_rounds", "1")):
         broken = json.loads(json.dumps(doc))
-        broken["results"][0]["ab"]["swap_s"] = bad
-        with pytest.raises(ResultsError, match="swap_s"):
+        broken["results"][0]["ab"][field] = bad
+        with pytest.raises(ResultsError, match=field):
             jsonio.validate(broken, report.SCHEMA, "results", ResultsError)
-    v5 = json.loads(json.dumps(doc))
+    v6 = json.loads(json.dumps(doc))
+    v6["schema_version"] = 6
+    del v6["results"][0]["ab"]["stand_in_rounds"]
+    v5 = json.loads(json.dumps(v6))
     v5["schema_version"] = 5
     del v5["results"][0]["ab"]["swap_s"]
     v4 = json.loads(json.dumps(v5))
     v4["schema_version"] = 4
     del v4["results"][0]["ab"]["environments"]
-    for version, old in ((6, doc), (5, v5), (4, v4)):
+    for version, old in ((7, doc), (6, v6), (5, v5), (4, v4)):
         path = tmp_path / f"v{version}.json"
         path.write_text(json.dumps(old))
         gate = Recording.load(path).gates["c"]

@@ -71,7 +71,8 @@ class ABResult:
     environments: dict[str, Environment] | None = None  # arm -> the environment its worker ran in (None: replayed)
     swap_s: float | None = None               # side by side: the arms exchanged cores every swap_s s within a round
     cut_short: bool = False                   # replayed: the recording ended before the gate decided
-    stand_in_rounds: int = 0                  # side by side: rounds whose first arm to finish the stand-in replaced
+    stand_in_rounds: int | None = None        # live side by side: rounds whose first arm to finish the stand-in
+    #                                           replaced; None: in turn, or replayed (no process to stand in for)
 
     @property
     def environment_changes(self) -> dict[str, tuple[str | None, str | None]]:
@@ -128,7 +129,7 @@ class ABGate:
         self.restarts = 0
         self.stand_in: StandIn | None = None  # duet: takes the core of the arm that finishes a round first
         self.covering = False                 # it did in the round now measured
-        self.covered = 0                      # rounds kept in which it did
+        self.covered: int | None = None       # rounds kept in which it did; None: no live arms side by side
         self.notes: list[str] = []            # said in the result, beside the phases' and the looks' notes
 
     def _load_all(self) -> None:
@@ -162,6 +163,7 @@ class ABGate:
         for arm in self.arms.values():
             arm.start()
         if self.plan.duet and all(arm.process for arm in self.arms.values()):  # live arms, side by side
+            self.covered = 0
             self.stand_in = StandIn(self.plan.env())  # held before it starts: an interrupt meanwhile closes it
             if not self.stand_in.start():
                 self.stand_in = None
@@ -199,7 +201,8 @@ class ABGate:
                 break
             self.redone += 1
             log.info("%s: round %d disturbed (%s); measuring it again", self.combo.id, index, why)
-        self.covered += self.covering
+        if self.covering:
+            self.covered += 1
         for name, (answer, core) in answers.items():
             r = Round.from_json(answer, f"{self.arms[name].label} round {index + 1}")
             self.samples[name].append(r if core is None else dataclasses.replace(r, cpu=core))
