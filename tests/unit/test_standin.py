@@ -114,6 +114,64 @@ def test_the_gate_covers_the_first_arm_to_finish_and_rests_the_stand_in_whatever
             arm.close(ask=False)
 
 
+def counting_gate(covering: list[bool], disturbed: list[bool]) -> ABGate:
+    """A gate whose rounds only say whether the stand-in covered them, and whose guard sees a
+    disturbance where `disturbed` says (one entry per try)."""
+    gate = ABGate.__new__(ABGate)
+    gate.plan, gate.arms, gate.samples, gate.combo = SimpleNamespace(duet=True), {}, {}, SimpleNamespace(id="c")
+    gate.stand_in, gate.stand_in_started, gate.redone, gate.covered, gate.notes = None, True, 0, 0, []
+    tries, disturbances = iter(covering), iter(disturbed)
+    gate.guard = SimpleNamespace(snapshot=lambda pids: None,
+                                 disturbance=lambda before, after: "busy" if next(disturbances) else None)
+
+    def side_by_side(index):
+        gate.covering = next(tries)
+        return {}
+
+    gate._side_by_side = side_by_side
+    return gate
+
+
+def test_the_rounds_the_stand_in_covered_are_counted_once_each_and_a_shortfall_is_said():
+    # round 0: covered but disturbed, so measured again, uncovered; round 1: covered at once
+    gate = counting_gate(covering=[True, False, True], disturbed=[True, False, False])
+    gate.round(0)
+    assert (gate.redone, gate.covered) == (1, 0)  # the discarded try does not count
+    gate.round(1)
+    assert gate.covered == 1
+    assert gate.stand_in_note(2) == ("the stand-in covered 1 of 2 rounds (see the log for why): in the others "
+                                     "the arm that finished last ran its end alone")
+    gate.covered = 2
+    assert gate.stand_in_note(2) is None
+    gate.covers = lambda index: index % 2 == 0  # a study covering every other round: 1 of 2 is all it asked
+    gate.covered = 1
+    assert gate.stand_in_note(2) is None
+
+
+def test_a_stand_in_that_cannot_start_leaves_the_count_at_zero_and_says_so_once(monkeypatch):
+    class Failing:
+        def __init__(self, env):
+            pass
+
+        def start(self):
+            return False
+
+    monkeypatch.setattr("harness.perf.ab.gate.StandIn", Failing)
+    gate = ABGate.__new__(ABGate)
+    gate.plan = SimpleNamespace(duet=True, env=lambda: {})
+    gate.arms = {name: SimpleNamespace(start=lambda: None, process=SimpleNamespace(pid=1))
+                 for name in ("base", "candidate")}
+    gate.covered, gate.notes, gate.stand_in_started = None, [], False
+    gate._load_all = lambda: None
+    gate.start()
+    assert gate.covered == 0 and gate.stand_in is None and not gate.stand_in_started
+    assert [n for n in gate.notes if "could not start" in n] and gate.stand_in_note(8) is None
+    gate.plan = SimpleNamespace(duet=False)  # arms in turn: no count at all
+    gate.covered, gate.notes = None, []
+    gate.start()
+    assert gate.covered is None and gate.notes == []
+
+
 def test_the_first_arm_to_answer_is_found_without_waiting_for_the_other():
     def arm(delay: float) -> Arm:
         a = Arm.__new__(Arm)

@@ -130,6 +130,7 @@ class ABGate:
         self.stand_in: StandIn | None = None  # duet: takes the core of the arm that finishes a round first
         self.covering = False                 # it did in the round now measured
         self.covered: int | None = None       # rounds kept in which it did; None: no live arms side by side
+        self.stand_in_started = False
         self.notes: list[str] = []            # said in the result, beside the phases' and the looks' notes
 
     def _load_all(self) -> None:
@@ -165,7 +166,8 @@ class ABGate:
         if self.plan.duet and all(arm.process for arm in self.arms.values()):  # live arms, side by side
             self.covered = 0
             self.stand_in = StandIn(self.plan.env())  # held before it starts: an interrupt meanwhile closes it
-            if not self.stand_in.start():
+            self.stand_in_started = self.stand_in.start()
+            if not self.stand_in_started:
                 self.stand_in = None
                 self.notes.append("side by side without a stand-in (it could not start: see the log): the arm that "
                                   "finished a round last ran its end alone")
@@ -241,6 +243,15 @@ class ABGate:
             if self.stand_in:
                 self.stand_in.rest()
 
+    def stand_in_note(self, rounds: int) -> str | None:
+        """Where the stand-in started but covered fewer of the `rounds` kept than it was to: how many (the
+        log says why: it ended, or could not take a core)."""
+        due = sum(self.covers(i) for i in range(rounds))
+        if not self.stand_in_started or self.covered is None or self.covered >= due:
+            return None
+        return (f"the stand-in covered {self.covered} of {due} rounds (see the log for why): in the others the "
+                "arm that finished last ran its end alone")
+
     def covers(self, index: int) -> bool:
         """Whether the stand-in covers a finished arm in round `index` (always; a study may choose)."""
         return True
@@ -306,7 +317,8 @@ class ABGate:
         self.close()
         short = (f"the recording ends after {index} rounds, before the gate decided: what was still inconclusive "
                  "is UNDECIDED, as at a cap") if cut_short else None
-        notes = self.notes + [n for n in (self.phase_note(), located(decisions, index), short) if n]
+        notes = self.notes + [n for n in (self.stand_in_note(index), self.phase_note(), located(decisions, index),
+                                          short) if n]
         environments = {name: arm.environment for name, arm in self.arms.items()}
         return ABResult(self.combo.id, self.described("base"), self.described("candidate"), decisions,
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,
