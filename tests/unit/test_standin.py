@@ -119,7 +119,7 @@ def counting_gate(covering: list[bool], disturbed: list[bool]) -> ABGate:
     disturbance where `disturbed` says (one entry per try)."""
     gate = ABGate.__new__(ABGate)
     gate.plan, gate.arms, gate.samples, gate.combo = SimpleNamespace(duet=True), {}, {}, SimpleNamespace(id="c")
-    gate.stand_in, gate.stand_in_started, gate.redone, gate.covered, gate.notes = None, True, 0, 0, []
+    gate.stand_in, gate.redone, gate.covered, gate.notes = SimpleNamespace(pid=None), 0, 0, []
     tries, disturbances = iter(covering), iter(disturbed)
     gate.guard = SimpleNamespace(snapshot=lambda pids: None,
                                  disturbance=lambda before, after: "busy" if next(disturbances) else None)
@@ -161,10 +161,10 @@ def test_a_stand_in_that_cannot_start_leaves_the_count_at_zero_and_says_so_once(
     gate.plan = SimpleNamespace(duet=True, env=lambda: {})
     gate.arms = {name: SimpleNamespace(start=lambda: None, process=SimpleNamespace(pid=1))
                  for name in ("base", "candidate")}
-    gate.covered, gate.notes, gate.stand_in_started = None, [], False
+    gate.covered, gate.notes = None, []
     gate._load_all = lambda: None
     gate.start()
-    assert gate.covered == 0 and gate.stand_in is None and not gate.stand_in_started
+    assert gate.covered == 0 and gate.stand_in is None
     assert [n for n in gate.notes if "could not start" in n] and gate.stand_in_note(8) is None
     gate.plan = SimpleNamespace(duet=False)  # arms in turn: no count at all
     gate.covered, gate.notes = None, []

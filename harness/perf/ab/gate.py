@@ -130,7 +130,6 @@ class ABGate:
         self.stand_in: StandIn | None = None  # duet: takes the core of the arm that finishes a round first
         self.covering = False                 # it did in the round now measured
         self.covered: int | None = None       # rounds kept in which it did; None: no live arms side by side
-        self.stand_in_started = False
         self.notes: list[str] = []            # said in the result, beside the phases' and the looks' notes
 
     def _load_all(self) -> None:
@@ -166,8 +165,7 @@ class ABGate:
         if self.plan.duet and all(arm.process for arm in self.arms.values()):  # live arms, side by side
             self.covered = 0
             self.stand_in = StandIn(self.plan.env())  # held before it starts: an interrupt meanwhile closes it
-            self.stand_in_started = self.stand_in.start()
-            if not self.stand_in_started:
+            if not self.stand_in.start():
                 self.stand_in = None
                 self.notes.append("side by side without a stand-in (it could not start: see the log): the arm that "
                                   "finished a round last ran its end alone")
@@ -247,7 +245,7 @@ class ABGate:
         """Where the stand-in started but covered fewer of the `rounds` kept than it was to: how many (the
         log says why: it ended, or could not take a core)."""
         due = sum(self.covers(i) for i in range(rounds))
-        if not self.stand_in_started or self.covered is None or self.covered >= due:
+        if self.stand_in is None or self.covered is None or self.covered >= due:  # none started: said already
             return None
         return (f"the stand-in covered {self.covered} of {due} rounds (see the log for why): in the others the "
                 "arm that finished last ran its end alone")
