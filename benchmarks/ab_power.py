@@ -304,6 +304,10 @@ def main(argv=None) -> int:
             and g.get("condition", "quiet") == args.condition and g.get("cpu_class", matrix.cpu_class) == matrix.cpu_class]
     done = [g for g in same if g.get("tolerance", ABSettings().tolerance) == args.tolerance
             and same_looks(g, settings)]
+    if args.gates and plan.mode == "duet" and any(g.get("stand_in_rounds") is None for g in same):
+        raise SystemExit(f"{args.out}: holds gates side by side without the stand-in (kept before 2026-12-02); "
+                         "side by side has it now, so its gates go to a file of their own: give another --out (the "
+                         "commands under docs/perf-gate.md's gate-power tables name it)")
     if args.gates:
         here = environment.current()
         repo = revision.repository_root(REPO)

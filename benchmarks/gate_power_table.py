@@ -30,6 +30,7 @@ import ab_power
 from harness.core.jsonio import atomic_write_text
 from harness.machine import capability
 from harness.perf import combinations, replay
+from harness.perf.ab import duet
 from harness.perf.ab.gate import ABSettings
 from harness.perf.combinations import PerfSettings
 from harness.perf.plant import ASSISTED_ONLY, PHASE_OF, PLANT_INTO
@@ -71,6 +72,7 @@ class Group:
     tolerance: float
     looks: tuple[int, int, int]  # first look, rounds between looks, cap
     swap_s: float | None = None  # side by side: the arms' exchange of cores within a round (None: between rounds)
+    stand_in: bool = False  # side by side with the stand-in on the core of the arm that finished first
 
     @property
     def pair(self) -> str:
@@ -81,6 +83,7 @@ class Group:
         """The resampled rates' key: the A/A pool (any tolerance, any looks), the tolerance and the looks."""
         looks = "+".join(map(str, self.looks))
         swap = f"|swap {self.swap_s:g}" if self.swap_s else ""
+        swap += "|stand-in" if self.stand_in else ""
         return (f"{self.file}|{self.cpu_class}|{self.condition}|{self.mode}{swap}|{self.combination}|"
                 f"{self.tolerance:g}|{looks}")
 
@@ -102,7 +105,8 @@ def group_of(file: str, row: dict, default_looks: tuple[int, int, int]) -> Group
     return Group(file, row.get("cpu_class", "?"), row.get("condition", "quiet"), row.get("mode", "interleaved"),
                  row["combination"], row.get("tolerance") or ABSettings().tolerance,
                  (looks.get("rounds", default_looks[0]), looks.get("batch", default_looks[1]),
-                  looks.get("max_rounds", default_looks[2])), row.get("swap_s"))
+                  looks.get("max_rounds", default_looks[2])), row.get("swap_s"),
+                 row.get("stand_in_rounds") is not None)
 
 
 def grouped(rows: list[tuple[str, dict]], default_looks: tuple[int, int, int]) -> dict[Group, dict[Level, list[dict]]]:
@@ -271,9 +275,92 @@ def measured_again(group: Group, level: Level, groups: dict[Group, dict[Level, l
     return other if level in groups.get(other, {}) else None
 
 
+@dataclass(frozen=True)
+class Target:
+    """A column of the at-a-glance table: one level the issues set a target for, at its tolerance."""
+    title: str
+    tolerance: float
+    into: str
+    fraction: float | None  # None: any planted fraction (the glue level is sized per class)
+
+    def holds(self, level: Level) -> bool:
+        into, fraction = level
+        return into == self.into and (fraction == self.fraction if self.fraction is not None else fraction > 0)
+
+
+TARGETS = (Target("A/A", 0.10, "target", 0.0), Target("target 10%", 0.10, "target", 0.10),
+           Target("draft 20%", 0.10, "draft", 0.20), Target("draft 10%", 0.10, "draft", 0.10),
+           Target("verify 10%", 0.10, "verify", 0.10), Target("glue (5 ms a step)", 0.10, "glue", None),
+           Target("A/A at 5%", 0.05, "target", 0.0), Target("target 5% at 5%", 0.05, "target", 0.05),
+           Target("two environments", 0.10, ab_power.ENV, 0.0), Target("env 10%", 0.10, ab_power.ENV, 0.10))
+
+
+def todays_setup(group: Group) -> bool:
+    """Side by side as the gate runs by default today: the default exchange period, with the stand-in."""
+    return group.mode == "duet" and group.swap_s == duet.SWAP_S and group.stand_in
+
+
+def resumable(group: Group) -> bool:
+    """Whether ab_power.py can still add gates of the group's setup: side by side always has the
+    stand-in now, so a file of gates without it is kept as measured (ab_power.py refuses to mix them)."""
+    return group.mode != "duet" or group.stand_in
+
+
+def todays_file(group: Group) -> str:
+    """The file today's setup (default exchange, stand-in) of the group's class, condition and
+    combination goes to: ab_power_amx_duet-swap0.05_quiet_k16-fused-c0.6.jsonl ->
+    ab_power_amx_duet-swap0.05-standin_quiet_k16-fused-c0.6.jsonl (the same name for _env files,
+    none for a level measured again: today's file holds each level once)."""
+    rest = group.file.removesuffix(".jsonl").removesuffix(MEASURED_AGAIN).partition(f"_{group.condition}")[2]
+    return f"ab_power_{group.cpu_class}_duet-swap{duet.SWAP_S:g}-standin_{group.condition}{rest}.jsonl"
+
+
+def setup_name(group: Group) -> str:
+    if group.mode != "duet":
+        return "in turn"
+    swap = f"exchange every {group.swap_s:g} s" if group.swap_s else "exchange between rounds"
+    return swap + (", stand-in" if group.stand_in else ", no stand-in")
+
+
+def glance(cells: dict[tuple[str, str, Target], list[tuple[Group, Level, str]]], classes: list[str]) -> list[str]:
+    """Where each class's merge gate stands against each target: today's setup's status, else that of the
+    earlier setup closest to it, marked with a letter the legend under the table names, else '-'. `cells`:
+    (class, condition, target) -> the judged rows (group, level, target status) that hold it; where
+    several of today's do (two glue sizes), each is named by its level."""
+    def closest(entry: tuple[Group, Level, str]) -> tuple:  # to today's setup: ties keep the table's order
+        g = entry[0]
+        return g.mode == "duet", g.stand_in, g.swap_s == duet.SWAP_S, bool(g.swap_s)
+
+    letters: dict[str, str] = {}  # an earlier setup's name -> its mark, in order of first use
+    lines = ["| class | condition | " + " | ".join(t.title for t in TARGETS) + " |",
+             "|---|---|" + "---|" * len(TARGETS)]
+    for cpu_class in classes:
+        if not any(key[0] == cpu_class for key in cells):
+            continue
+        for condition in CONDITIONS:
+            row = []
+            for t in TARGETS:
+                held = cells.get((cpu_class, condition, t), [])
+                today = [(level, status) for g, level, status in held if todays_setup(g)]
+                if len(today) == 1:
+                    row.append(today[0][1])
+                elif today:
+                    row.append("; ".join(f"{ab_power.label(level)}: {status}" for level, status in today))
+                elif held:
+                    g, _, status = max(held, key=closest)
+                    mark = letters.setdefault(setup_name(g), chr(ord("a") + len(letters)))
+                    row.append(f"({mark}) {status}")
+                else:
+                    row.append("-")
+            lines.append(f"| {cpu_class} | {condition} | " + " | ".join(row) + " |")
+    if letters:
+        lines += ["", "Earlier setups: " + "; ".join(f"({mark}) {name}" for name, mark in letters.items()) + "."]
+    return lines
+
+
 def command(group: Group, levels: list[Level], default_looks: tuple[int, int, int]) -> str:
-    duet = f"on --duet-swap {group.swap_s or 0:g}" if group.mode == "duet" else "off"
-    flags = [f"--pair {group.pair}", f"--duet {duet}", f"--levels {','.join(level_arg(level) for level in levels)}"]
+    arms = f"on --duet-swap {group.swap_s or 0:g}" if group.mode == "duet" else "off"
+    flags = [f"--pair {group.pair}", f"--duet {arms}", f"--levels {','.join(level_arg(level) for level in levels)}"]
     if group.tolerance != ABSettings().tolerance:
         flags.append(f"--tolerance {group.tolerance:g}")
     if group.looks[1] != default_looks[1]:
@@ -291,6 +378,7 @@ def render(rows: list[tuple[str, dict]], kept: dict, default_looks: tuple[int, i
     today = todays_combinations({g.pair for g in groups})
     current = {g for g in groups if today.get((g.cpu_class, g.pair)) == g.combination}
     classes = list(capability.CLASSES)
+    cells: dict[tuple[str, str, Target], list[tuple[Group, Level, str]]] = {}
 
     def order(g: Group) -> tuple:
         return (classes.index(g.cpu_class) if g.cpu_class in classes else len(classes), g not in current,
@@ -300,7 +388,7 @@ def render(rows: list[tuple[str, dict]], kept: dict, default_looks: tuple[int, i
     lines = ["| class | combination | condition | tolerance | level | gates | outcomes | decided at round (gates) "
              "| minutes a gate: mean (range) | target | resampled A/A: regression, UNDECIDED, rounds | data |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    commands = []
+    commands: dict[Group, list[Level]] = {}  # the groups gates are added to, their levels (today's setup for older files)
     for group in sorted(groups, key=order):
         levels = sorted(groups[group], key=level_order)
         judged = group in current and group.condition in CONDITIONS and group.looks == default_looks
@@ -318,14 +406,26 @@ def render(rows: list[tuple[str, dict]], kept: dict, default_looks: tuple[int, i
                 resumed.append(level)
             status = ("-" if not judged else f"measured again: {short(again.file)}" if again
                       else target(group, level, gates, fresh(group, pool, kept)))
+            if judged and not again:
+                for t in TARGETS:
+                    if t.tolerance == group.tolerance and t.holds(level):
+                        cells.setdefault((group.cpu_class, group.condition, t), []).append((group, level, status))
             lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
                          f"| {level_name(level)} | {len(gates)} | {outcomes(gates, level, earlier_rule)} "
                          f"| {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
         if judged and resumed:
-            commands.append(f"    {command(group, resumed, default_looks)}")
-    return "\n".join([*lines, "", "The rows with a target, each resumed (20 gates a level; `--gates 0 --trials 2000` "
-                      "prints the rates again):", "", *commands])
+            to = group if resumable(group) else dataclasses.replace(group, file=todays_file(group), swap_s=duet.SWAP_S,
+                                                                     stand_in=True)
+            commands.setdefault(to, []).extend(lv for lv in resumed if lv not in commands.get(to, []))
+    intro = ("Where each class's merge gate stands against the targets, on the combination it gates today: "
+             f"side by side with the default exchange ({duet.SWAP_S:g} s) and the stand-in; where that has no gates for a "
+             "target yet, the earlier setup closest to it that has, marked with a letter. Each cell is the target column of a "
+             "row of the table under it, which names the data file.")
+    return "\n".join([intro, "", *glance(cells, classes), "", *lines, "",
+                      "The rows with a target, resumed or, for a file of an earlier setup, measured again in today's "
+                      "(20 gates a level; `--gates 0 --trials 2000` prints the rates again):", "",
+                      *(f"    {command(g, sorted(levels, key=level_order), default_looks)}" for g, levels in commands.items())])
 
 
 def short(file: str) -> str:

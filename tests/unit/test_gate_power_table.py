@@ -111,8 +111,9 @@ def test_a_gate_an_earlier_rule_stopped_where_todays_gate_looks_again_is_named_a
 
 def test_a_level_measured_again_in_its_own_file_is_judged_and_resumed_there(gpt):
     """The quiet draft-10% level at the 0.05 s exchange was measured again under today's stopping
-    rule into `..._phase-located.jsonl`: the older file's row stays as measured, without a target,
-    and its command no longer adds gates of that level."""
+    rule into `..._phase-located.jsonl`: the older file's row stays as measured, without a target, and
+    the level is judged there; neither file had the stand-in, so their levels are measured again in
+    today's setup, into its own file, by one command."""
     base = "ab_power_avx512-bf16_duet-swap0.05_quiet_k16-fused-c0.6.jsonl"
     again = base.removesuffix(".jsonl") + "_phase-located.jsonl"
     rows = gpt.load_rows([gpt.DATA / base, gpt.DATA / again])
@@ -124,9 +125,14 @@ def test_a_level_measured_again_in_its_own_file_is_judged_and_resumed_there(gpt)
     draft = [line for line in table.splitlines() if "| draft 10% (plain untouched) |" in line]
     old_row = next(line for line in draft if line.endswith(f"| {gpt.short(base)} |"))
     assert f"| measured again: {gpt.short(again)} |" in old_row, old_row
-    command = next(line for line in table.splitlines() if f"--out benchmarks/data/{base}" in line and "--tolerance" not in line)
+    # both files are of the setup before the stand-in: one command measures their levels in today's, each once
+    assert not any(f"--out benchmarks/data/{name}" in line for line in table.splitlines() for name in (base, again))
+    today = gpt.todays_file(old)
+    assert today == "ab_power_avx512-bf16_duet-swap0.05-standin_quiet_k16-fused-c0.6.jsonl"
+    command = next(line for line in table.splitlines() if f"--out benchmarks/data/{today}" in line and "--tolerance" not in line)
     levels = command.split("--levels ")[1].split()[0].split(",")
-    assert "draft:0.1" not in levels and "draft:0.2" in levels, command
+    assert levels.count("draft:0.1") == 1 and "draft:0.2" in levels and len(set(levels)) == len(levels), command
+    assert gpt.todays_file(dataclasses.replace(old, file=again)) == today
 
 
 def test_only_a_phase_located_file_of_the_same_setup_measures_a_level_again(gpt):
@@ -148,3 +154,77 @@ def test_a_files_unchanged_levels_come_before_its_planted_ones(gpt):
     levels = [("env", 0.1), ("glue", 0.012), ("target", 0.1), ("env", 0.0), ("draft", 0.2), ("target", 0.0)]
     assert sorted(levels, key=gpt.level_order) == [("target", 0.0), ("env", 0.0), ("target", 0.1), ("draft", 0.2),
                                                    ("glue", 0.012), ("env", 0.1)]
+
+
+def test_the_glance_table_shows_todays_setup_before_any_earlier_one(gpt):
+    """A cell is today's setup's status (default exchange, stand-in) where it has gates; else the closest
+    earlier setup's, marked with a letter the legend names; else '-'."""
+    ten = next(t for t in gpt.TARGETS if t.title == "target 10%")
+    aa = next(t for t in gpt.TARGETS if t.title == "A/A")
+    today = dataclasses.replace(group(gpt), swap_s=gpt.duet.SWAP_S, stand_in=True)
+    between = dataclasses.replace(group(gpt), swap_s=None)
+    no_stand_in = dataclasses.replace(today, stand_in=False)
+    assert gpt.todays_setup(today) and not gpt.todays_setup(no_stand_in) and not gpt.todays_setup(between)
+    assert not gpt.todays_setup(dataclasses.replace(today, swap_s=0.25))
+    assert not gpt.todays_setup(dataclasses.replace(today, mode="interleaved"))
+    glue = next(t for t in gpt.TARGETS if t.into == "glue")
+    cells = {("amx", "quiet", ten): [(between, ("target", 0.1), "met"), (today, ("target", 0.1), "13 of 20 so far"),
+                                     (no_stand_in, ("target", 0.1), "met")],
+             ("amx", "quiet", aa): [(between, ("target", 0.0), "missed: 1 false alarm"),
+                                    (no_stand_in, ("target", 0.0), "3 of 20 so far")],
+             ("amx", "quiet", glue): [(today, ("glue", 0.012), "missed: 11 of 13 caught"),
+                                      (today, ("glue", 0.014), "5 of 20 so far")],
+             ("amx", "noisy", aa): [(between, ("target", 0.0), "2 of 20 so far")]}
+    lines = gpt.glance(cells, ["amx", "avx2"])
+    header = lines[0].split(" | ")
+    quiet = next(line for line in lines if line.startswith("| amx | quiet |")).split(" | ")
+    noisy = next(line for line in lines if line.startswith("| amx | noisy |")).split(" | ")
+    assert quiet[header.index("target 10%")] == "13 of 20 so far"
+    assert quiet[header.index("A/A")] == "(a) 3 of 20 so far"  # the default exchange before between rounds
+    assert noisy[header.index("A/A")] == "(b) 2 of 20 so far"
+    assert quiet[header.index("draft 20%")] == "-"
+    assert quiet[header.index("glue (5 ms a step)")] == "glue 1.2%: missed: 11 of 13 caught; glue 1.4%: 5 of 20 so far"
+    assert not any(line.startswith("| avx2 |") for line in lines)  # a class with no gates has no rows
+    assert lines[-1] == ("Earlier setups: (a) exchange every 0.05 s, no stand-in; "
+                         "(b) exchange between rounds, no stand-in.")
+
+
+def test_a_target_column_holds_only_its_level(gpt):
+    glue = next(t for t in gpt.TARGETS if t.into == "glue")
+    assert glue.holds(("glue", 0.012)) and glue.holds(("glue", 0.017)) and not glue.holds(("glue", 0.0))
+    five = next(t for t in gpt.TARGETS if t.title == "target 5% at 5%")
+    assert five.holds(("target", 0.05)) and not five.holds(("target", 0.10)) and five.tolerance == 0.05
+    row = {"combination": "p+d:bf16:cpu:greedy:k6", "mode": "duet", "swap_s": 0.05, "tolerance": 0.1}
+    assert gpt.group_of("f.jsonl", {**row, "stand_in_rounds": 0}, (8, 8, 32)).stand_in  # tried, could not start
+    assert not gpt.group_of("f.jsonl", {**row, "stand_in_rounds": None}, (8, 8, 32)).stand_in
+    assert not gpt.group_of("f.jsonl", row, (8, 8, 32)).stand_in  # a row from before the stand-in
+
+
+def test_each_glance_cell_is_the_target_of_its_row_in_the_kept_data(gpt):
+    """On the kept files: a glance cell is the target column of the row of today's setup where there is
+    one (amx, quiet), else of the closest earlier setup's row at the target's tolerance, never a row
+    measured again elsewhere or of another tolerance."""
+    table = gpt.render(gpt.load_rows(sorted(gpt.DATA.glob("ab_power_*.jsonl"))), gpt.load_resampled(gpt.RESAMPLED),
+                       gpt.default_looks()).splitlines()
+    header = table[2].split(" | ")
+    rows = [line.split(" | ") for line in table if line.startswith("| ") and len(line.split(" | ")) == 12]
+
+    def glance(cpu_class, condition, title):
+        line = next(line for line in table if line.startswith(f"| {cpu_class} | {condition} |"))
+        return line.split(" | ")[header.index(title)]
+
+    def target(file, tolerance, level):
+        row = next(r for r in rows if r[-1] == f"{file} |" and r[3] == tolerance and r[4] == level)
+        return row[9]
+
+    standin, earlier = "amx_duet-swap0.05-standin_quiet_k16-fused-c0.6", "amx_duet-swap0.05_quiet_k16-fused-c0.6"
+    assert glance("amx", "quiet", "A/A") == target(standin, "10%", "A/A")
+    assert glance("amx", "quiet", "draft 10%") == target(standin, "10%", "draft 10% (plain untouched)")
+    assert glance("amx", "quiet", "two environments") == "(a) " + target(earlier.replace("_quiet", "_quiet_env"), "10%",
+                                                                          "two environments, unchanged")
+    bf16 = "avx512-bf16_duet-swap0.05_quiet_k16-fused-c0.6"
+    assert target(bf16, "10%", "draft 10% (plain untouched)").startswith("measured again")
+    assert glance("avx512-bf16", "quiet", "draft 10%").endswith(
+        target(bf16 + "_phase-located", "10%", "draft 10% (plain untouched)"))
+    assert glance("avx512-bf16", "quiet", "A/A at 5%").endswith(target(bf16, "5%", "A/A"))
+    assert glance("avx512-bf16", "quiet", "A/A").endswith(target(bf16, "10%", "A/A"))

@@ -90,8 +90,9 @@ def test_an_arm_environment_in_results_is_what_the_environment_writes():
 
 def test_recordings_of_every_earlier_schema_replay_and_a_swap_or_stand_in_out_of_range_is_not_a_record(tmp_path):
     """A side-by-side gate records the period at which its arms exchanged cores within a round and the
-    rounds its stand-in covered; a recording from before those fields (or before the environments) is
-    given them as null and replays."""
+    rounds its stand-in covered; a recording from before those fields (or before the environments, the
+    rounds' phases or the provenance: every version the harness replays, 2 on) is given them as null
+    and replays."""
     from harness.perf.replay import Recording
 
     detail = ABDetail("HEAD abc", "working tree def", "duet", [a_round(cpu=1)], {m: [1.0] for m in METRICS}, 0, 0, [],
@@ -113,7 +114,15 @@ def test_recordings_of_every_earlier_schema_replay_and_a_swap_or_stand_in_out_of
     v4 = json.loads(json.dumps(v5))
     v4["schema_version"] = 4
     del v4["results"][0]["ab"]["environments"]
-    for version, old in ((7, doc), (6, v6), (5, v5), (4, v4)):
+    v3 = json.loads(json.dumps(v4))
+    v3["schema_version"] = 3
+    for rounds in (v3["results"][0]["rounds"], v3["results"][0]["ab"]["base_rounds"]):
+        for r in rounds:
+            del r["phases"], r["acceptance_by_position"]
+    v2 = json.loads(json.dumps(v3))
+    v2["schema_version"] = 2
+    del v2["provenance"]
+    for version, old in ((7, doc), (6, v6), (5, v5), (4, v4), (3, v3), (2, v2)):
         path = tmp_path / f"v{version}.json"
         path.write_text(json.dumps(old))
         gate = Recording.load(path).gates["c"]

@@ -4,6 +4,7 @@ controller learns which arm answered first without waiting on the other."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from bench_scripts import script_module
 
 from harness.machine import affinity
 from harness.perf.ab import duet
@@ -19,6 +21,8 @@ from harness.perf.ab.arms import Arm, ArmError, first_to_answer
 from harness.perf.ab.gate import ABGate
 from harness.perf.ab.loadguard import process_cpu_s
 from harness.perf.ab.standin import StandIn
+from harness.perf.combinations import PerfSettings
+from harness.workload import registry
 from waiting import wait_for
 
 
@@ -192,3 +196,20 @@ def test_the_first_arm_to_answer_is_found_without_waiting_for_the_other():
         for a in (slow, fast):
             a.process.kill()
             a.process.wait()
+
+
+def test_gate_power_gates_with_the_stand_in_never_join_a_file_of_gates_without_it(tmp_path):
+    """benchmarks/ab_power.py: side by side now always has the stand-in, so adding gates to a file kept
+    before it would mix two setups under one row of the gate-power table: refused, naming the file,
+    before any worktree or worker starts."""
+    with script_module("ab_power") as ab_power:
+        matrix = registry.load_matrix()
+        pair = "qwen-coder-1.5b+0.5b"
+        combo = ab_power.combination(matrix, pair, PerfSettings.from_matrix(matrix))
+        old = tmp_path / "ab_power_old.jsonl"
+        row = {"combination": combo.id, "condition": "quiet", "mode": "duet", "swap_s": duet.SWAP_S,
+               "cpu_class": matrix.cpu_class, "level": 0.0, "into": "target", "tolerance": 0.1, "rounds": 8}
+        old.write_text(json.dumps(row) + "\n")
+        with pytest.raises(SystemExit, match="ab_power_old.jsonl: holds gates side by side without the stand-in"):
+            ab_power.main(["--pair", pair, "--duet", "on", "--levels", "0", "--gates", "1", "--out", str(old)])
+        assert old.read_text() == json.dumps(row) + "\n"  # nothing written
