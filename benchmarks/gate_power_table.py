@@ -420,8 +420,8 @@ def render(rows: list[tuple[str, dict]], kept: dict, default_looks: tuple[int, i
             commands.setdefault(to, []).extend(lv for lv in resumed if lv not in commands.get(to, []))
     intro = ("Where each class's merge gate stands against the targets, on the combination it gates today: "
              f"side by side with the default exchange ({duet.SWAP_S:g} s) and the stand-in; where that has no gates for a "
-             "target yet, the earlier setup closest to it that has, marked with a letter. Each cell is the target column of a "
-             "row of the table under it, which names the data file.")
+             "target yet, the earlier setup closest to it that has, marked with a letter. Each cell is the target column of the "
+             "row (or, naming their levels, rows) of the table under it that hold the target; each row names its data file.")
     return "\n".join([intro, "", *glance(cells, classes), "", *lines, "",
                       "The rows with a target, resumed or, for a file of an earlier setup, measured again in today's "
                       "(20 gates a level; `--gates 0 --trials 2000` prints the rates again):", "",
