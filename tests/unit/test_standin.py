@@ -4,6 +4,7 @@ controller learns which arm answered first without waiting on the other."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -198,10 +199,11 @@ def test_the_first_arm_to_answer_is_found_without_waiting_for_the_other():
             a.process.wait()
 
 
-def test_gate_power_gates_with_the_stand_in_never_join_a_file_of_gates_without_it(tmp_path):
+def test_gate_power_gates_with_the_stand_in_never_join_a_file_of_gates_without_it(tmp_path, monkeypatch):
     """benchmarks/ab_power.py: side by side now always has the stand-in, so adding gates to a file kept
     before it would mix two setups under one row of the gate-power table: refused, naming the file,
-    before any worktree or worker starts."""
+    before any worktree or worker starts (on two cores whatever this test process is pinned to)."""
+    monkeypatch.setattr(duet, "plan", functools.partial(duet.plan, cores=[0, 1]))
     with script_module("ab_power") as ab_power:
         matrix = registry.load_matrix()
         pair = "qwen-coder-1.5b+0.5b"
