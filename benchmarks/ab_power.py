@@ -117,6 +117,19 @@ def label(level: tuple[str, float]) -> str:
     return f"{level[0]} {100 * level[1]:.3g}%"
 
 
+def has_stand_in(row: dict) -> bool:
+    """The gate ran side by side with the stand-in (harness/perf/ab/duet.py), even if it could not start
+    it (`stand_in_rounds` 0); rows kept before 2026-12-02 have no count."""
+    return row.get("stand_in_rounds") is not None
+
+
+def takes_gates(mode: str, stand_in: bool) -> bool:
+    """Whether this script still adds gates to kept gates of this arms' mode that ran with (or without)
+    the stand-in: side by side always has it now, so gates side by side without it are kept as
+    measured, never mixed with new ones."""
+    return mode != "duet" or stand_in
+
+
 def candidate_environment(fraction: float, here: environment.Environment) -> environment.Environment:
     """env:F: an overlay of this environment with transformers copied, its decoder layers F slower
     (F = 0: unchanged), built once into the cache (harness/perf/ab/environment.py)."""
@@ -304,7 +317,7 @@ def main(argv=None) -> int:
             and g.get("condition", "quiet") == args.condition and g.get("cpu_class", matrix.cpu_class) == matrix.cpu_class]
     done = [g for g in same if g.get("tolerance", ABSettings().tolerance) == args.tolerance
             and same_looks(g, settings)]
-    if args.gates and plan.mode == "duet" and any(g.get("stand_in_rounds") is None for g in same):
+    if args.gates and not all(takes_gates(plan.mode, has_stand_in(g)) for g in same):
         raise SystemExit(f"{args.out}: holds gates side by side without the stand-in (kept before 2026-12-02); "
                          "side by side has it now, so its gates go to a file of their own: give another --out (the "
                          "commands under docs/perf-gate.md's gate-power tables name it)")

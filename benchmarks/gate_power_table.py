@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import random
 import statistics
 import sys
@@ -52,6 +53,10 @@ NOISY = "python benchmarks/noisy_host.py --duty 0.3 --burst-ms 200 -- "  # make 
 # The targets (issues 25 and 27): gates a level, gates that must catch (or, A/A, none may), minutes a gate.
 GATES, CAUGHT, ENV_GATES, ENV_CAUGHT = 20, 19, 10, 9
 MINUTES, MINUTES_AT_5 = 5.0, 10.0
+# Issue 27's glue: 5 ms added to each assisted step. A glue level is a fraction of the verification
+# pass (harness/perf/plant.py), so its ms depend on the class and setup: a level planting at least
+# SIZED of that (the pass time moves between gates) is the target's; a smaller one is kept without.
+GLUE_MS, SIZED = 5.0, 0.95
 MAX_RESAMPLED_FALSE_ALARMS = 0.01
 # A file named after another with this suffix holds levels of it measured again after the gate changed.
 MEASURED_AGAIN = "_phase-located"
@@ -105,8 +110,7 @@ def group_of(file: str, row: dict, default_looks: tuple[int, int, int]) -> Group
     return Group(file, row.get("cpu_class", "?"), row.get("condition", "quiet"), row.get("mode", "interleaved"),
                  row["combination"], row.get("tolerance") or ABSettings().tolerance,
                  (looks.get("rounds", default_looks[0]), looks.get("batch", default_looks[1]),
-                  looks.get("max_rounds", default_looks[2])), row.get("swap_s"),
-                 row.get("stand_in_rounds") is not None)
+                  looks.get("max_rounds", default_looks[2])), row.get("swap_s"), ab_power.has_stand_in(row))
 
 
 def grouped(rows: list[tuple[str, dict]], default_looks: tuple[int, int, int]) -> dict[Group, dict[Level, list[dict]]]:
@@ -142,6 +146,14 @@ def level_name(level: Level) -> str:
     if not fraction:
         return "A/A"
     return ab_power.label(level) + (" (plain untouched)" if into == "draft" else "")
+
+
+def verify_ms(gates: Iterable[dict]) -> float | None:
+    """The median verification pass of the gates' unchanged arm (the base), in ms: a glue level plants
+    its fraction of this a step; None where no gate timed its phases."""
+    times = [phases["verify"]["median_ms"] for g in gates for phases in (g.get("phases") or {}).get("base", [])
+             if phases and "verify" in phases]
+    return statistics.median(times) if times else None
 
 
 def level_arg(level: Level) -> str:
@@ -281,38 +293,73 @@ class Target:
     title: str
     tolerance: float
     into: str
-    fraction: float | None  # None: any planted fraction (the glue level is sized per class)
+    fraction: float | None  # None: sized per class and setup to plant `ms` a step (glue)
+    ms: float | None = None
 
-    def holds(self, level: Level) -> bool:
+    def holds(self, level: Level, verify: float | None) -> bool:
+        """The level is this target's: its place and fraction or, sized per class, a fraction of the
+        verification pass (`verify`: its ms in the level's group) that plants at least SIZED of `ms`."""
         into, fraction = level
-        return into == self.into and (fraction == self.fraction if self.fraction is not None else fraction > 0)
+        if into != self.into:
+            return False
+        if self.fraction is not None:
+            return fraction == self.fraction
+        return fraction > 0 and verify is not None and fraction * verify >= SIZED * self.ms
+
+    def level(self, verify: float | None) -> Level | None:
+        """The level new gates of this target plant: its fraction, or the smallest in steps of 0.1% that
+        plants `ms` on a verification pass of `verify` ms (None where no gate has timed one)."""
+        if self.fraction is not None:
+            return self.into, self.fraction
+        return (self.into, math.ceil(1000 * self.ms / verify - 1e-9) / 1000) if verify else None
 
 
+# Each holds quiet and under the noisy neighbour (CONDITIONS): issue 25 says so, and issue 27 names no
+# condition, so its phase and environment targets hold wherever the gate runs.
 TARGETS = (Target("A/A", 0.10, "target", 0.0), Target("target 10%", 0.10, "target", 0.10),
            Target("draft 20%", 0.10, "draft", 0.20), Target("draft 10%", 0.10, "draft", 0.10),
-           Target("verify 10%", 0.10, "verify", 0.10), Target("glue (5 ms a step)", 0.10, "glue", None),
+           Target("verify 10%", 0.10, "verify", 0.10),
+           Target(f"glue ({GLUE_MS:g} ms a step)", 0.10, "glue", None, GLUE_MS),
            Target("A/A at 5%", 0.05, "target", 0.0), Target("target 5% at 5%", 0.05, "target", 0.05),
            Target("two environments", 0.10, ab_power.ENV, 0.0), Target("env 10%", 0.10, ab_power.ENV, 0.10))
 
+# The setup the gate runs side by side by default today: the default exchange of cores, with the stand-in.
+TODAY = {"mode": "duet", "swap_s": duet.SWAP_S, "stand_in": True}
+
 
 def todays_setup(group: Group) -> bool:
-    """Side by side as the gate runs by default today: the default exchange period, with the stand-in."""
-    return group.mode == "duet" and group.swap_s == duet.SWAP_S and group.stand_in
+    """The group ran side by side as the gate does by default today."""
+    return all(getattr(group, field) == value for field, value in TODAY.items())
 
 
-def resumable(group: Group) -> bool:
-    """Whether ab_power.py can still add gates of the group's setup: side by side always has the
-    stand-in now, so a file of gates without it is kept as measured (ab_power.py refuses to mix them)."""
-    return group.mode != "duet" or group.stand_in
+def todays(group: Group, *, env: bool | None = None) -> Group:
+    """The group in today's setup, in the file it goes to (todays_file)."""
+    return dataclasses.replace(group, file=todays_file(group, env=env), **TODAY)
 
 
-def todays_file(group: Group) -> str:
-    """The file today's setup (default exchange, stand-in) of the group's class, condition and
-    combination goes to: ab_power_amx_duet-swap0.05_quiet_k16-fused-c0.6.jsonl ->
-    ab_power_amx_duet-swap0.05-standin_quiet_k16-fused-c0.6.jsonl (the same name for _env files,
-    none for a level measured again: today's file holds each level once)."""
+def resumed(group: Group) -> Group:
+    """The group new gates of this one's levels go to: itself where ab_power.py still adds to it, else
+    today's setup's (a file side by side without the stand-in is kept as measured)."""
+    return group if ab_power.takes_gates(group.mode, group.stand_in) else todays(group)
+
+
+def todays_file(group: Group, *, env: bool | None = None) -> str:
+    """The file today's setup of the group's class, condition and combination goes to:
+    ab_power_amx_duet-swap0.05_quiet_k16-fused-c0.6.jsonl ->
+    ab_power_amx_duet-swap0.05-standin_quiet_k16-fused-c0.6.jsonl (none for a level measured again:
+    today's file holds each level once). Levels across environments go to an `_env` sister file:
+    `env` True or False names it or the other, None keeps the group's."""
     rest = group.file.removesuffix(".jsonl").removesuffix(MEASURED_AGAIN).partition(f"_{group.condition}")[2]
-    return f"ab_power_{group.cpu_class}_duet-swap{duet.SWAP_S:g}-standin_{group.condition}{rest}.jsonl"
+    if env is not None:
+        rest = ("_env" if env else "") + rest.removeprefix("_env")
+    return f"ab_power_{group.cpu_class}_duet-swap{TODAY['swap_s']:g}-standin_{group.condition}{rest}.jsonl"
+
+
+def closeness(group: Group) -> tuple:
+    """How close a group's setup is to today's, for max(): side by side, then with the stand-in, then at
+    today's exchange, then exchanging within rounds at all."""
+    return (group.mode == TODAY["mode"], group.stand_in == TODAY["stand_in"], group.swap_s == TODAY["swap_s"],
+            bool(group.swap_s))
 
 
 def setup_name(group: Group) -> str:
@@ -327,10 +374,6 @@ def glance(cells: dict[tuple[str, str, Target], list[tuple[Group, Level, str]]],
     earlier setup closest to it, marked with a letter the legend under the table names, else '-'. `cells`:
     (class, condition, target) -> the judged rows (group, level, target status) that hold it; where
     several of today's do (two glue sizes), each is named by its level."""
-    def closest(entry: tuple[Group, Level, str]) -> tuple:  # to today's setup: ties keep the table's order
-        g = entry[0]
-        return g.mode == "duet", g.stand_in, g.swap_s == duet.SWAP_S, bool(g.swap_s)
-
     letters: dict[str, str] = {}  # an earlier setup's name -> its mark, in order of first use
     lines = ["| class | condition | " + " | ".join(t.title for t in TARGETS) + " |",
              "|---|---|" + "---|" * len(TARGETS)]
@@ -347,7 +390,7 @@ def glance(cells: dict[tuple[str, str, Target], list[tuple[Group, Level, str]]],
                 elif today:
                     row.append("; ".join(f"{ab_power.label(level)}: {status}" for level, status in today))
                 elif held:
-                    g, _, status = max(held, key=closest)
+                    g, _, status = max(held, key=lambda entry: closeness(entry[0]))
                     mark = letters.setdefault(setup_name(g), chr(ord("a") + len(letters)))
                     row.append(f"({mark}) {status}")
                 else:
@@ -372,60 +415,142 @@ def command(group: Group, levels: list[Level], default_looks: tuple[int, int, in
     return (NOISY if group.condition == "noisy" else "") + "python benchmarks/ab_power.py " + " ".join(flags)
 
 
-def render(rows: list[tuple[str, dict]], kept: dict, default_looks: tuple[int, int, int]) -> str:
-    """The markdown between the doc's markers: the table, then the command each current row resumes with."""
-    groups = grouped(rows, default_looks)
-    today = todays_combinations({g.pair for g in groups})
-    current = {g for g in groups if today.get((g.cpu_class, g.pair)) == g.combination}
-    classes = list(capability.CLASSES)
-    cells: dict[tuple[str, str, Target], list[tuple[Group, Level, str]]] = {}
+Cells = dict[tuple[str, str, Target], list[tuple[Group, Level, str]]]  # (class, condition, target) -> rows
+Wanted = dict[Group, dict[Target, list[Level]]]  # where gates go -> targets -> the levels it holds for them itself
 
-    def order(g: Group) -> tuple:
-        return (classes.index(g.cpu_class) if g.cpu_class in classes else len(classes), g not in current,
+
+@dataclass(frozen=True)
+class Kept:
+    """The kept gates by group, with what judging them needs: the groups of the combination their class
+    gates today, the default looks and each group's verification pass (ms)."""
+    rows: list[tuple[str, dict]]
+    groups: dict[Group, dict[Level, list[dict]]]
+    current: frozenset[Group]
+    default_looks: tuple[int, int, int]
+    verify: dict[Group, float | None]
+
+    @classmethod
+    def of(cls, rows: list[tuple[str, dict]], default_looks: tuple[int, int, int]) -> Kept:
+        groups = grouped(rows, default_looks)
+        today = todays_combinations({g.pair for g in groups})
+        current = frozenset(g for g in groups if today.get((g.cpu_class, g.pair)) == g.combination)
+        verify = {g: verify_ms(gate for gates in levels.values() for gate in gates) for g, levels in groups.items()}
+        return cls(rows, groups, current, default_looks, verify)
+
+    def judged(self, g: Group) -> bool:
+        return g in self.current and g.condition in CONDITIONS and g.looks == self.default_looks
+
+    def order(self, g: Group) -> tuple:
+        classes = capability.CLASSES
+        return (classes.index(g.cpu_class) if g.cpu_class in classes else len(classes), g not in self.current,
                 g.combination, CONDITIONS.index(g.condition) if g.condition in CONDITIONS else len(CONDITIONS),
-                g.condition, -g.tolerance, g.looks != default_looks, g.file)
+                g.condition, -g.tolerance, g.looks != self.default_looks, g.file)
 
+    def listed(self, g: Group) -> tuple:
+        """The commands' order: by class, condition, across environments last, 10% first."""
+        return self.order(g)[0], self.order(g)[3], "_env" in g.file, -g.tolerance
+
+    def sized_by(self, to: Group, t: Target) -> float | None:
+        """The verification pass (ms) a level sized per class is sized by where it goes to `to`: that of
+        `to`'s gates or, with none yet, of the gates of the setup closest to today's among the class and
+        condition's files of planted code (not across environments) at the target's tolerance."""
+        if self.verify.get(to):
+            return self.verify[to]
+        near = [g for g in self.groups if self.judged(g) and self.verify[g] and g.tolerance == t.tolerance
+                and (g.cpu_class, g.condition) == (to.cpu_class, to.condition)
+                and not any(into == ab_power.ENV for into, _ in self.groups[g])]
+        best = max(map(closeness, near), default=None)
+        return verify_ms(gate for g in near if closeness(g) == best for gates in self.groups[g].values()
+                         for gate in gates) if near else None
+
+
+def table_lines(kept: Kept, resampled: dict, cells: Cells, wanted: Wanted) -> list[str]:
+    """The table's rows, a level of a group each; fills `cells` with the judged rows that hold a target
+    and `wanted` with where each one's gates go."""
     lines = ["| class | combination | condition | tolerance | level | gates | outcomes | decided at round (gates) "
              "| minutes a gate: mean (range) | target | resampled A/A: regression, UNDECIDED, rounds | data |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    commands: dict[Group, list[Level]] = {}  # the groups gates are added to, their levels (today's setup for older files)
-    for group in sorted(groups, key=order):
-        levels = sorted(groups[group], key=level_order)
-        judged = group in current and group.condition in CONDITIONS and group.looks == default_looks
-        combo = group.combination.split(":", 1)[1].replace(":cpu:", ":") + (" (today's)" if group in current else "")
-        looks = "" if group.looks == default_looks else f", looks {group.looks[0]}+{group.looks[1]} to {group.looks[2]}"
+    for group in sorted(kept.groups, key=kept.order):
+        judged, verify = kept.judged(group), kept.verify[group]
+        combo = group.combination.split(":", 1)[1].replace(":cpu:", ":") + (" (today's)" if group in kept.current else "")
+        looks = ("" if group.looks == kept.default_looks
+                 else f", looks {group.looks[0]}+{group.looks[1]} to {group.looks[2]}")
         setup = replay_setup(group) if judged else None
-        resumed = []
-        for level in levels:
-            gates = groups[group][level]
+        for level in sorted(kept.groups[group], key=level_order):
+            gates = kept.groups[group][level]
             earlier_rule = sum(stopped_sooner(g, setup) for g in gates) if setup else 0
-            pool = aa_pool(rows, group, default_looks) if level == AA else []
-            cell = resampled_cell(group, pool, kept) if pool else ""
-            again = measured_again(group, level, groups)
-            if not again:
-                resumed.append(level)
+            pool = aa_pool(kept.rows, group, kept.default_looks) if level == AA else []
+            cell = resampled_cell(group, pool, resampled) if pool else ""
+            again = measured_again(group, level, kept.groups)
+            set_here = [t for t in TARGETS if t.tolerance == group.tolerance]
+            held = [t for t in set_here if t.holds(level, verify)] if judged and not again else []
+            undersized = level[0] == "glue" and level[1] and any(t.into == "glue" for t in set_here)
             status = ("-" if not judged else f"measured again: {short(again.file)}" if again
-                      else target(group, level, gates, fresh(group, pool, kept)))
-            if judged and not again:
-                for t in TARGETS:
-                    if t.tolerance == group.tolerance and t.holds(level):
-                        cells.setdefault((group.cpu_class, group.condition, t), []).append((group, level, status))
+                      else target(group, level, gates, fresh(group, pool, resampled)) if held
+                      else f"no target: under {GLUE_MS:g} ms a step" if undersized else "-")
+            for t in held:
+                cells.setdefault((group.cpu_class, group.condition, t), []).append((group, level, status))
+                to = resumed(group)
+                own = wanted.setdefault(to, {}).setdefault(t, [])
+                if to == group and level not in own:
+                    own.append(level)
+            name = level_name(level) + (f" ({level[1] * verify:.1f} ms a step)"
+                                        if level[0] == "glue" and level[1] and verify else "")
             lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
-                         f"| {level_name(level)} | {len(gates)} | {outcomes(gates, level, earlier_rule)} "
-                         f"| {decided_at(gates)} "
+                         f"| {name} | {len(gates)} | {outcomes(gates, level, earlier_rule)} | {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
-        if judged and resumed:
-            to = group if resumable(group) else dataclasses.replace(group, file=todays_file(group), swap_s=duet.SWAP_S,
-                                                                     stand_in=True)
-            commands.setdefault(to, []).extend(lv for lv in resumed if lv not in commands.get(to, []))
-    intro = ("Where each class's merge gate stands against the targets, on the combination it gates today: "
-             f"side by side with the default exchange ({duet.SWAP_S:g} s) and the stand-in; where that has no gates for a "
-             "target yet, the earlier setup closest to it that has, marked with a letter. Each cell is the target column of the "
-             "row (or, naming their levels, rows) of the table under it that hold the target; each row names its data file.")
-    return "\n".join([intro, "", *glance(cells, classes), "", *lines, "",
-                      "The rows with a target, resumed or, for a file of an earlier setup, measured again in today's "
-                      "(20 gates a level; `--gates 0 --trials 2000` prints the rates again):", "",
-                      *(f"    {command(g, sorted(levels, key=level_order), default_looks)}" for g, levels in commands.items())])
+    return lines
+
+
+def want_missing(kept: Kept, cells: Cells, wanted: Wanted) -> None:
+    """The targets no judged row of a class and condition holds yet go to today's setup's file, named after
+    the class and condition's setup closest to it."""
+    for cpu_class, condition in dict.fromkeys((g.cpu_class, g.condition) for g in sorted(kept.groups, key=kept.order)
+                                              if kept.judged(g)):
+        near = max((g for g in kept.groups if kept.judged(g) and (g.cpu_class, g.condition) == (cpu_class, condition)),
+                   key=closeness)
+        for t in TARGETS:
+            if not cells.get((cpu_class, condition, t)):
+                to = dataclasses.replace(todays(near, env=t.into == ab_power.ENV), tolerance=t.tolerance)
+                wanted.setdefault(to, {}).setdefault(t, [])
+
+
+def commands_of(kept: Kept, wanted: Wanted) -> dict[Group, list[Level]]:
+    """Each group's levels to add: those it holds for a target itself, else the target's, sized there."""
+    commands: dict[Group, list[Level]] = {}
+    for to, targets in wanted.items():
+        for t, own in targets.items():
+            levels = own or [t.level(kept.sized_by(to, t))]
+            if levels == [None]:
+                log.warning("%s %s: no command for the %s target: no gate of the class and condition timed a "
+                            "verification pass to size it by", to.cpu_class, to.condition, t.title)
+            for level in levels:
+                if level is not None and level not in commands.setdefault(to, []):
+                    commands[to].append(level)
+    return commands
+
+
+def render(rows: list[tuple[str, dict]], resampled: dict, default_looks: tuple[int, int, int]) -> str:
+    """The markdown between the doc's markers: the glance table, the table, then the commands that add
+    the gates the targets still need."""
+    kept = Kept.of(rows, default_looks)
+    cells: Cells = {}
+    wanted: Wanted = {}
+    lines = table_lines(kept, resampled, cells, wanted)
+    want_missing(kept, cells, wanted)
+    commands = commands_of(kept, wanted)
+    intro = ("Where each class's merge gate stands against the targets, on the combination it gates today: side by "
+             f"side with the default exchange ({TODAY['swap_s']:g} s) and the stand-in; where that has no gates for a "
+             "target yet, the earlier setup closest to it that has, marked with a letter; '-' where none has. Each cell "
+             "is the target column of the row (or, naming their levels, rows) of the table under it that hold the "
+             "target; each row names its data file. A glue level is a fraction of the verification pass, so it holds "
+             f"the {GLUE_MS:g} ms target where it plants at least {SIZED:.0%} of it there.")
+    how = ("The commands that bring each target to its gates: the levels of the rows with a target, in their own file "
+           "where `ab_power.py` still adds to it, else in today's setup's, and of the targets without gates, in today's "
+           "setup's; a level that has its gates runs none (`--gates 0 --trials 2000` prints the rates again):")
+    return "\n".join([intro, "", *glance(cells, list(capability.CLASSES)), "", *lines, "", how, "",
+                      *(f"    {command(g, sorted(commands[g], key=level_order), default_looks)}"
+                        for g in sorted(commands, key=kept.listed) if commands[g])])
 
 
 def short(file: str) -> str:
