@@ -253,14 +253,14 @@ def target(group: Group, level: Level, gates: list[dict], resampled: dict | None
     return "met" if n >= need else f"{n} of {need} so far"
 
 
-def fresh(group: Group, pool: list[dict], kept: dict) -> dict | None:
+def fresh(group: Group, pool: list[dict], resampled: dict) -> dict | None:
     """The group's kept resampled rates, if they were made from these A/A rounds."""
-    entry = kept.get(group.key)
+    entry = resampled.get(group.key)
     return entry if entry and entry["aa_rounds"] == sum(g["rounds"] for g in pool) else None
 
 
-def resampled_cell(group: Group, pool: list[dict], kept: dict) -> str:
-    entry, rounds = fresh(group, pool, kept), sum(g["rounds"] for g in pool)
+def resampled_cell(group: Group, pool: list[dict], resampled: dict) -> str:
+    entry, rounds = fresh(group, pool, resampled), sum(g["rounds"] for g in pool)
     if not entry:
         return "not resampled since its rounds changed (--resample)"
     rough = " rough:" if entry["pairs"] < ab_power.MIN_PAIRS else ""
@@ -484,7 +484,7 @@ def table_lines(kept: Kept, resampled: dict, cells: Cells, wanted: Wanted) -> li
             again = measured_again(group, level, kept.groups)
             set_here = [t for t in TARGETS if t.tolerance == group.tolerance]
             held = [t for t in set_here if t.holds(level, verify)] if judged and not again else []
-            undersized = level[0] == "glue" and level[1] and any(t.into == "glue" for t in set_here)
+            undersized = level[0] == "glue" and level[1] and verify and any(t.into == "glue" for t in set_here)
             status = ("-" if not judged else f"measured again: {short(again.file)}" if again
                       else target(group, level, gates, fresh(group, pool, resampled)) if held
                       else f"no target: under {GLUE_MS:g} ms a step" if undersized else "-")
@@ -507,8 +507,8 @@ def want_missing(kept: Kept, cells: Cells, wanted: Wanted) -> None:
     the class and condition's setup closest to it."""
     for cpu_class, condition in dict.fromkeys((g.cpu_class, g.condition) for g in sorted(kept.groups, key=kept.order)
                                               if kept.judged(g)):
-        near = max((g for g in kept.groups if kept.judged(g) and (g.cpu_class, g.condition) == (cpu_class, condition)),
-                   key=closeness)
+        near = max((g for g in sorted(kept.groups, key=kept.order)  # ties: the first in the table
+                    if kept.judged(g) and (g.cpu_class, g.condition) == (cpu_class, condition)), key=closeness)
         for t in TARGETS:
             if not cells.get((cpu_class, condition, t)):
                 to = dataclasses.replace(todays(near, env=t.into == ab_power.ENV), tolerance=t.tolerance)
@@ -592,18 +592,18 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     looks = default_looks()
     rows = load_rows(sorted(DATA.glob("ab_power_*.jsonl")))
-    kept = load_resampled(RESAMPLED)
+    resampled = load_resampled(RESAMPLED)
     if args.resample:
         groups = grouped(rows, looks)
         todo = [g for g, levels in groups.items() if AA in levels]
         for i, group in enumerate(todo, 1):
             pool = aa_pool(rows, group, looks)
-            if fresh(group, pool, kept):
+            if fresh(group, pool, resampled):
                 continue
             log.info("[%d/%d] resampling %s (%d A/A gates)", i, len(todo), group.key, len(pool))
-            kept[group.key] = resample(group, pool, args.trials)
-            atomic_write_text(RESAMPLED, json.dumps(kept, indent=1, sort_keys=True) + "\n")  # each row kept as done
-    table = render(rows, kept, looks)
+            resampled[group.key] = resample(group, pool, args.trials)
+            atomic_write_text(RESAMPLED, json.dumps(resampled, indent=1, sort_keys=True) + "\n")  # each row kept as done
+    table = render(rows, resampled, looks)
     if args.write:
         atomic_write_text(DOC, replace_between_markers(DOC.read_text(encoding="utf-8"), table, DOC))
         log.info("wrote the table into %s", DOC.relative_to(REPO))
