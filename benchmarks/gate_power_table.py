@@ -476,13 +476,13 @@ def table_lines(kept: Kept, resampled: dict, cells: Cells, wanted: Wanted) -> li
         looks = ("" if group.looks == kept.default_looks
                  else f", looks {group.looks[0]}+{group.looks[1]} to {group.looks[2]}")
         setup = replay_setup(group) if judged else None
+        set_here = [t for t in TARGETS if t.tolerance == group.tolerance]
         for level in sorted(kept.groups[group], key=level_order):
             gates = kept.groups[group][level]
             earlier_rule = sum(stopped_sooner(g, setup) for g in gates) if setup else 0
             pool = aa_pool(kept.rows, group, kept.default_looks) if level == AA else []
             cell = resampled_cell(group, pool, resampled) if pool else ""
             again = measured_again(group, level, kept.groups)
-            set_here = [t for t in TARGETS if t.tolerance == group.tolerance]
             held = [t for t in set_here if t.holds(level, verify)] if judged and not again else []
             undersized = level[0] == "glue" and level[1] and verify and any(t.into == "glue" for t in set_here)
             status = ("-" if not judged else f"measured again: {short(again.file)}" if again
@@ -505,10 +505,12 @@ def table_lines(kept: Kept, resampled: dict, cells: Cells, wanted: Wanted) -> li
 def want_missing(kept: Kept, cells: Cells, wanted: Wanted) -> None:
     """The targets no judged row of a class and condition holds yet go to today's setup's file, named after
     the class and condition's setup closest to it."""
-    for cpu_class, condition in dict.fromkeys((g.cpu_class, g.condition) for g in sorted(kept.groups, key=kept.order)
-                                              if kept.judged(g)):
-        near = max((g for g in sorted(kept.groups, key=kept.order)  # ties: the first in the table
-                    if kept.judged(g) and (g.cpu_class, g.condition) == (cpu_class, condition)), key=closeness)
+    nearest: dict[tuple[str, str], Group] = {}  # (class, condition) -> its judged group closest to today's setup
+    for g in sorted(kept.groups, key=kept.order):  # ties: the first in the table
+        here = (g.cpu_class, g.condition)
+        if kept.judged(g) and (here not in nearest or closeness(g) > closeness(nearest[here])):
+            nearest[here] = g
+    for (cpu_class, condition), near in nearest.items():
         for t in TARGETS:
             if not cells.get((cpu_class, condition, t)):
                 to = dataclasses.replace(todays(near, env=t.into == ab_power.ENV), tolerance=t.tolerance)
