@@ -94,7 +94,8 @@ gate-power: setup
 # power"): first the tests that time the planted slowdowns live (marker `planted`), then real gates
 # per planted slowdown (A/A, a 10% slower target, a 20% slower draft, and the phase levels: a 10%
 # slower draft, a 10% slower verification pass, host work of 1.7% of a verification before each one,
-# about 5 ms at one thread; then 5% at --perf-tolerance 0.05), levels interleaved, kept in
+# about 5 ms where a pass takes 300 ms (the commands under docs/perf-gate.md's gate-power tables size
+# it from each class's gates); then 5% at --perf-tolerance 0.05), levels interleaved, kept in
 # AB_POWER_OUT and resumed from it (hours on 2 cores), with the rates of gates replayed on its A/A
 # rounds resampled. Under the noisy neighbour: make gate-power-ab-noisy.
 AB_POWER_OUT    ?= results/ab_power.jsonl

@@ -183,8 +183,6 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
             "wall_s": {arm: [s.wall_s for s in samples] for arm, samples in result.samples.items()}}
 
 
-
-
 def study_arguments(p: argparse.ArgumentParser, rounds: int, multiple: int) -> None:
     """The options the study scripts share: --level, --rounds (`rounds` by default, a multiple of
     `multiple`), --out and --show; check_study_arguments() checks them once parsed."""

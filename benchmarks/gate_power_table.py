@@ -156,6 +156,13 @@ def verify_ms(gates: Iterable[dict]) -> float | None:
     return statistics.median(times) if times else None
 
 
+def glue_ms(level: Level, verify: float | None) -> float | None:
+    """The ms a glue level plants a step on a verification pass of `verify` ms; None for other levels
+    or where no gate timed one."""
+    into, fraction = level
+    return fraction * verify if into == "glue" and fraction and verify else None
+
+
 def level_arg(level: Level) -> str:
     """The level as ab_power.py's --levels takes it."""
     into, fraction = level
@@ -304,7 +311,7 @@ class Target:
             return False
         if self.fraction is not None:
             return fraction == self.fraction
-        return fraction > 0 and verify is not None and fraction * verify >= SIZED * self.ms
+        return (glue_ms(level, verify) or 0.0) >= SIZED * self.ms
 
     def level(self, verify: float | None) -> Level | None:
         """The level new gates of this target plant: its fraction, or the smallest in steps of 0.1% that
@@ -448,7 +455,8 @@ class Kept:
 
     def listed(self, g: Group) -> tuple:
         """The commands' order: by class, condition, across environments last, 10% first."""
-        return self.order(g)[0], self.order(g)[3], "_env" in g.file, -g.tolerance
+        order = self.order(g)
+        return order[0], order[3], "_env" in g.file, -g.tolerance
 
     def sized_by(self, to: Group, t: Target) -> float | None:
         """The verification pass (ms) a level sized per class is sized by where it goes to `to`: that of
@@ -464,9 +472,11 @@ class Kept:
                          for gate in gates) if near else None
 
 
-def table_lines(kept: Kept, resampled: dict, cells: Cells, wanted: Wanted) -> list[str]:
-    """The table's rows, a level of a group each; fills `cells` with the judged rows that hold a target
-    and `wanted` with where each one's gates go."""
+def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
+    """The table's rows, a level of a group each; the judged rows that hold each target; and where
+    each one's gates go."""
+    cells: Cells = {}
+    wanted: Wanted = {}
     lines = ["| class | combination | condition | tolerance | level | gates | outcomes | decided at round (gates) "
              "| minutes a gate: mean (range) | target | resampled A/A: regression, UNDECIDED, rounds | data |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -484,7 +494,8 @@ def table_lines(kept: Kept, resampled: dict, cells: Cells, wanted: Wanted) -> li
             cell = resampled_cell(group, pool, resampled) if pool else ""
             again = measured_again(group, level, kept.groups)
             held = [t for t in set_here if t.holds(level, verify)] if judged and not again else []
-            undersized = level[0] == "glue" and level[1] and verify and any(t.into == "glue" for t in set_here)
+            ms = glue_ms(level, verify)
+            undersized = ms is not None and any(t.into == "glue" for t in set_here)
             status = ("-" if not judged else f"measured again: {short(again.file)}" if again
                       else target(group, level, gates, fresh(group, pool, resampled)) if held
                       else f"no target: under {GLUE_MS:g} ms a step" if undersized else "-")
@@ -494,12 +505,11 @@ def table_lines(kept: Kept, resampled: dict, cells: Cells, wanted: Wanted) -> li
                 own = wanted.setdefault(to, {}).setdefault(t, [])
                 if to == group and level not in own:
                     own.append(level)
-            name = level_name(level) + (f" ({level[1] * verify:.1f} ms a step)"
-                                        if level[0] == "glue" and level[1] and verify else "")
+            name = level_name(level) + (f" ({ms:.1f} ms a step)" if ms is not None else "")
             lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
                          f"| {name} | {len(gates)} | {outcomes(gates, level, earlier_rule)} | {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
-    return lines
+    return lines, cells, wanted
 
 
 def want_missing(kept: Kept, cells: Cells, wanted: Wanted) -> None:
@@ -536,9 +546,7 @@ def render(rows: list[tuple[str, dict]], resampled: dict, default_looks: tuple[i
     """The markdown between the doc's markers: the glance table, the table, then the commands that add
     the gates the targets still need."""
     kept = Kept.of(rows, default_looks)
-    cells: Cells = {}
-    wanted: Wanted = {}
-    lines = table_lines(kept, resampled, cells, wanted)
+    lines, cells, wanted = table_lines(kept, resampled)
     want_missing(kept, cells, wanted)
     commands = commands_of(kept, wanted)
     intro = ("Where each class's merge gate stands against the targets, on the combination it gates today: side by "
