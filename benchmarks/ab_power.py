@@ -148,17 +148,20 @@ def same_looks(gate: dict, settings: PerfSettings) -> bool:
     return gate.get("looks", looks_of(settings)) == looks_of(settings)
 
 
+def load_requests(matrix, combo, settings, plant: dict | None = None):
+    """Each arm's load request (arm name -> request), `plant` ({"fraction", "into"}) in the candidate's only."""
+    def request(arm: str) -> dict:
+        return {"op": "load", "matrix": str(matrix.path), "combination": combo.as_request(),
+                "settings": dataclasses.asdict(settings), "plant": plant if arm == "candidate" else None}
+    return request
+
+
 def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, restart_every, noise, into="target",
              environments=None, gate_class: type[ABGate] = ABGate) -> dict:
     base, candidate = trees
     base_env, candidate_env = environments or (None, None)
     planted = level and into != ENV  # env:F is planted in the candidate's environment, not by its worker
-
-    def load_request(arm: str) -> dict:
-        return {"op": "load", "matrix": str(matrix.path), "combination": combo.as_request(),
-                "settings": dataclasses.asdict(settings),
-                "plant": {"fraction": level, "into": into} if arm == "candidate" and planted else None}
-
+    load_request = load_requests(matrix, combo, settings, {"fraction": level, "into": into} if planted else None)
     start = time.perf_counter()
 
     def progress(done: int, decisions) -> None:
