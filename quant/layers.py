@@ -18,6 +18,7 @@ kernel: AWQ and SmoothQuant move per-channel scale from activations into weights
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 from torch import nn
@@ -315,16 +316,43 @@ class PackedOnceLinear(_DynamicLinear):
     """torch's dynamic int8 Linear without the prepack of an empty full-size weight that its
     constructor makes before `from_float` packs the real one (fbgemm packs at about 60-120 MB/s on
     one thread: for the 0.5B draft's 494 MB, seconds of every load). The real weight is packed by
-    the same call as before, so the layer computes exactly what torch's own does."""
+    the same call as before, so the layer computes exactly what torch's own does.
+
+    A layer restored from a checkpoint holds its int8 weight unpacked until it is first called
+    (`packed`): the fused draft loop packs q, k, v and gate, up together from the unpacked weights
+    (harness/workload/fused_draft.py `fuse`), so those are packed once, not on load and again."""
 
     def __init__(self, in_features: int, out_features: int, bias_: bool = True, dtype: torch.dtype = torch.qint8) -> None:
         super().__init__(1, 1, bias_, dtype=dtype)  # a 1x1 placeholder, replaced by set_weight_bias
         self.in_features, self.out_features = in_features, out_features
+        self._held: tuple[torch.Tensor, torch.Tensor | None] | None = None  # restored, not packed yet
+
+    def set_weight_bias(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self._held = None
+        super().set_weight_bias(weight, bias)
+
+    def packed(self) -> Any:
+        """fbgemm's packed weight (what `torch.ops.quantized.linear_dynamic` takes), packing a held one now."""
+        if self._held is not None:
+            self.set_weight_bias(*self._held)
+        return self._packed_params._packed_params
+
+    def _weight_bias(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The quantized weight and the bias, without packing a held weight (unpacking a packed one copies it)."""
+        return self._held if self._held is not None else super()._weight_bias()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.packed()
+        return super().forward(x)
+
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        self.packed()
+        super()._save_to_state_dict(destination, prefix, keep_vars)
 
     def saved_state(self) -> dict[str, torch.Tensor]:  # as _QuantLinear's: the weight is not a buffer here
         """Its int8 weight with its scales and zero points (per output channel or per tensor) and its
         bias, as plain tensors: what a checkpoint read with weights_only holds."""
-        weight, bias = self._packed_params._weight_bias()
+        weight, bias = self._weight_bias()
         if weight.qscheme() == torch.per_channel_affine:
             scale, zero = weight.q_per_channel_scales(), weight.q_per_channel_zero_points()
         else:
@@ -342,7 +370,7 @@ class PackedOnceLinear(_DynamicLinear):
                 weight = torch._make_per_channel_quantized_tensor(state["weight_q"], scale, zero, 0)
             else:
                 weight = torch._make_per_tensor_quantized_tensor(state["weight_q"], float(scale), int(zero))
-        layer.set_weight_bias(weight, state.get("bias"))
+        layer._held = (weight, state.get("bias"))
         return layer
 
 

@@ -45,6 +45,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.generation.candidate_generator import CandidateGenerator
 
+from quant.layers import PackedOnceLinear
+
 log = logging.getLogger(__name__)
 
 ARCHITECTURES = ("llama", "qwen2")  # config.model_type values whose layers this loop reproduces
@@ -110,8 +112,9 @@ def fuse(layers: list[nn.Module]) -> nn.Module:
                                             torch.zeros(layer.out_features, dtype=weight.dtype) for layer in layers]))
         return fused.eval()
     if all(_dynamic_int8(layer) for layer in layers):
-        # unpacked once, for the check and the packing: unpacking copies the whole weight
-        unpacked = [layer._packed_params._weight_bias() for layer in layers]
+        # read once, for the check and the packing: unpacking a packed weight copies it whole (a layer
+        # restored from a checkpoint holds it unpacked, quant/layers.py PackedOnceLinear)
+        unpacked = [layer._weight_bias() for layer in layers]
         if all(weight.qscheme() == torch.per_channel_affine for weight, _ in unpacked):
             return _packed_int8(unpacked)
     return _Concatenated(layers)
@@ -119,7 +122,9 @@ def fuse(layers: list[nn.Module]) -> nn.Module:
 
 def direct(layer: nn.Module) -> nn.Module:
     """The layer, or for a dynamically quantized int8 one, its op without the layer's checks."""
-    return _Int8Op(layer._packed_params._packed_params) if _dynamic_int8(layer) else layer
+    if not _dynamic_int8(layer):
+        return layer
+    return _Int8Op(layer.packed() if isinstance(layer, PackedOnceLinear) else layer._packed_params._packed_params)
 
 
 class _RMSNorm(nn.Module):

@@ -207,3 +207,21 @@ def test_the_swap_study_splits_one_gates_rounds_by_setting_and_shows_the_kept_ga
         assert study.main(["--out", str(kept), "--show"]) == 0
     out = capsys.readouterr().out
     assert "32 A/A rounds" in out and "every 0.25 s" in out and "plain_tokens_per_sec" in out
+
+def test_the_start_study_shows_each_trees_starts_and_their_median(capsys):
+    """benchmarks/worker_start.py --show: the kept starts, per host condition and tree."""
+    from bench_scripts import script_module
+
+    with script_module("ab_power"), script_module("worker_start") as study:
+        with pytest.raises(SystemExit):  # --starts: at least 1
+            study.main(["--starts", "0", "--out", "unused.jsonl"])
+        kept = Path(study.__file__).parent / "data" / "worker_start_avx2.jsonl"
+        assert study.main(["--out", str(kept), "--show"]) == 0
+        rows = [{"combination": "c", "cpu_class": "avx2", "condition": "quiet", "tree": tree, "commit": commit,
+                 "seconds": seconds} for tree, commit, seconds in
+                [("HEAD", "a" * 40, 90.0), ("working tree", "a" * 40, 70.0), ("HEAD", "a" * 40, 80.0),
+                 ("working tree", "a" * 40, 60.0), ("HEAD", "a" * 40, 100.0)]]
+        study.show(rows)
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("  HEAD") for line in out) and "seconds a worker pair took to start" in out[0]
+    assert out[-2].endswith("90.0 80.0 100.0; median 90.0") and out[-1].endswith("70.0 60.0; median 65.0")

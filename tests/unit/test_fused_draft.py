@@ -81,6 +81,36 @@ def test_packed_int8_layers_compute_exactly_what_the_separate_ones_do():
     assert torch.equal(packed(x), torch.cat([p(x) for p in parts], dim=-1))
 
 
+def test_a_draft_loaded_from_its_checkpoint_packs_each_weight_once_for_the_loop(monkeypatch, tmp_path):
+    """A draft's layers restored from a quantized checkpoint are packed when first needed: q, k, v
+    and gate, up only together by the loop, not also one by one on load (packing is most of a
+    worker's start on an AVX2 host); the loop still computes the model's logits."""
+    import quant
+
+    float_model = tiny_model("qwen2", seed=4)
+    model, record = quant.quantize(copy.deepcopy(float_model), "w8af32-tensor", progress=False)
+    quant.save(model, record, tmp_path / "draft.pt")
+    packed: list[int] = []
+    prepack = torch.ops.quantized.linear_prepack
+
+    def counted(weight, bias=None):
+        packed.append(weight.numel())
+        return prepack(weight, bias)
+
+    monkeypatch.setattr(torch.ops.quantized, "linear_prepack", counted)
+    loaded, _ = quant.load(copy.deepcopy(float_model), tmp_path / "draft.pt")
+    loop = FusedDraft(loaded.eval(), capacity=16)
+    monkeypatch.undo()
+    weights = sum(m.weight.numel() for m in float_model.modules() if isinstance(m, torch.nn.Linear))
+    assert sum(packed) <= weights + 2 * record.layers  # each weight once, beside 1x1 placeholders
+    ids = prompt(seed=2, length=12)
+    with torch.inference_mode():
+        expected = hf_logits(model.eval(), ids, DynamicCache(config=model.config))
+        torch.testing.assert_close(loop(ids), expected, rtol=1e-4, atol=1e-4)
+        # the model's own layers, never packed by the loop, pack on their first call
+        assert torch.equal(hf_logits(loaded, ids, DynamicCache(config=loaded.config)), expected)
+
+
 @pytest.mark.parametrize("arch", FUSED)
 def test_in_assisted_generation_it_proposes_what_the_draft_proposes(arch):
     target = tiny_model(arch, seed=0)
