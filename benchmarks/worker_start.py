@@ -40,10 +40,12 @@ def start_seconds(matrix, combo, settings, tree: revision.Tree, plan: duet.Plan)
 
 
 def show(rows: list[dict]) -> None:
-    for key in dict.fromkeys((r["combination"], r["cpu_class"], r["condition"]) for r in rows):
-        print(f"{key[0]}, {key[1]}, {key[2]}: seconds a worker pair took to start")
-        for tree in dict.fromkeys(r["tree"] for r in rows if (r["combination"], r["cpu_class"], r["condition"]) == key):
-            took = [r for r in rows if (r["combination"], r["cpu_class"], r["condition"], r["tree"]) == (*key, tree)]
+    grouped: dict[tuple[str, str, str], dict[str, list[dict]]] = {}
+    for r in rows:
+        grouped.setdefault((r["combination"], r["cpu_class"], r["condition"]), {}).setdefault(r["tree"], []).append(r)
+    for (combination, cpu_class, condition), trees in grouped.items():
+        print(f"{combination}, {cpu_class}, {condition}: seconds a worker pair took to start")
+        for tree, took in trees.items():
             commits = ", ".join(dict.fromkeys(r["commit"][:12] for r in took))
             print(f"  {tree:45} ({commits}): " + " ".join(f"{r['seconds']:.1f}" for r in took)
                   + f"; median {statistics.median(r['seconds'] for r in took):.1f}")

@@ -21,7 +21,7 @@ from harness.workload.fused_draft import FusedDraft, fuse
 from harness.perf.combinations import Combination, PerfSettings, combinations
 from harness.workload.selection import Request, resolve
 from test_generate import replay_acceptance
-from tiny_models import perturbed, prompt, tiny_model, write_local_matrix
+from tiny_models import counted_prepacks, perturbed, prompt, tiny_model, write_local_matrix
 
 FUSED = ("llama", "qwen2")
 K = 4
@@ -90,14 +90,7 @@ def test_a_draft_loaded_from_its_checkpoint_packs_each_weight_once_for_the_loop(
     float_model = tiny_model("qwen2", seed=4)
     model, record = quant.quantize(copy.deepcopy(float_model), "w8af32-tensor", progress=False)
     quant.save(model, record, tmp_path / "draft.pt")
-    packed: list[int] = []
-    prepack = torch.ops.quantized.linear_prepack
-
-    def counted(weight, bias=None):
-        packed.append(weight.numel())
-        return prepack(weight, bias)
-
-    monkeypatch.setattr(torch.ops.quantized, "linear_prepack", counted)
+    packed = counted_prepacks(monkeypatch)
     loaded, _ = quant.load(copy.deepcopy(float_model), tmp_path / "draft.pt")
     loop = FusedDraft(loaded.eval(), capacity=16)
     monkeypatch.undo()

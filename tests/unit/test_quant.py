@@ -20,7 +20,7 @@ from quant import awq, layers
 from quant.calibration import TokenWindows, corpus_text
 from quant.layers import QuantSettingsError
 from quant.walk import linear_layers
-from tiny_models import VOCAB, prompt, tiny_model, word_tokenizer
+from tiny_models import VOCAB, counted_prepacks, prompt, tiny_model, word_tokenizer
 
 K, N = 256, 384
 
@@ -131,14 +131,7 @@ def test_the_dynamic_int8_draft_packs_each_weight_once_and_computes_as_torchs_ow
                 layer.bias.normal_(0, 0.5, generator=torch.Generator().manual_seed(layer.out_features))
     reference = quantize_dynamic(copy.deepcopy(float_model), {torch.nn.Linear: per_channel_dynamic_qconfig},
                                  dtype=torch.qint8)
-    packed: list[int] = []
-    prepack = torch.ops.quantized.linear_prepack
-
-    def counted(weight, bias=None):
-        packed.append(weight.numel())
-        return prepack(weight, bias)
-
-    monkeypatch.setattr(torch.ops.quantized, "linear_prepack", counted)
+    packed = counted_prepacks(monkeypatch)
     model, record = quant.quantize(copy.deepcopy(float_model), "w8af32-tensor", progress=False)
     monkeypatch.undo()
     weights = [m.weight.numel() for m in float_model.modules() if isinstance(m, torch.nn.Linear)]

@@ -35,6 +35,19 @@ def tiny_model(arch: str, seed: int, **kwargs) -> torch.nn.Module:
     return model
 
 
+def counted_prepacks(monkeypatch) -> list[int]:
+    """The sizes (elements) of the weights fbgemm's prepack is given from now until monkeypatch.undo()."""
+    packed: list[int] = []
+    prepack = torch.ops.quantized.linear_prepack
+
+    def counted(weight, bias=None):
+        packed.append(weight.numel())
+        return prepack(weight, bias)
+
+    monkeypatch.setattr(torch.ops.quantized, "linear_prepack", counted)
+    return packed
+
+
 def prompt(seed: int = 0, length: int = 12) -> torch.LongTensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(3, VOCAB, (1, length), generator=g)
