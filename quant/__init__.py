@@ -137,8 +137,11 @@ def load(model: Any, path: Path) -> tuple[Any, QuantRecord]:
     from quant.layers import restore_layer
     from quant.walk import replace
 
+    # Mapped, not read: the layers' tensors are the file's pages (private: a write copies a page), so
+    # a load allocates and copies nothing, and the two arms of a gate that load one checkpoint share
+    # its pages. A gate's pair of workers started about a quarter faster on a 2-core VM (docs/perf-gate.md).
     try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
+        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # truncated, not a torch file, ...
         raise QuantSettingsError(f"{path}: not a readable quantized checkpoint ({exc.__class__.__name__}); "
                                  "delete it and quantize again") from None

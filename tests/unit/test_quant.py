@@ -185,6 +185,21 @@ def test_quantized_model_saves_loads_and_gives_the_same_tokens(method, tmp_path)
     assert greedy(float_model)[:prompt().shape[1] + 1] == tokens[:prompt().shape[1] + 1]
 
 
+def test_a_loaded_checkpoint_maps_its_file_instead_of_copying_it(tmp_path):
+    """A restored layer's int8 weight lies in the checkpoint file's own mapping (/proc/self/maps):
+    loading copies no weight into the process's memory, and processes loading one checkpoint share it."""
+    float_model = torch.nn.Sequential(torch.nn.Linear(256, 512))
+    model, record = quant.quantize(copy.deepcopy(float_model), "w8af32", progress=False)
+    path = tmp_path / "q.pt"
+    quant.save(model, record, path)
+    loaded, _ = quant.load(copy.deepcopy(float_model), path)
+    address = loaded[0].weight_q.data_ptr()
+    mapped = [tuple(int(a, 16) for a in line.split()[0].split("-")) for line in open("/proc/self/maps")
+              if line.rstrip().endswith(str(path))]
+    assert any(start <= address < end for start, end in mapped), f"weight at {address:#x}, {path} mapped at {mapped}"
+    assert torch.equal(loaded(torch.ones(1, 256)), model(torch.ones(1, 256)))
+
+
 def test_a_truncated_checkpoint_is_a_clear_error(tmp_path):
     model, record = quant.quantize(tiny_model("llama", seed=0), "w8af32", progress=False)
     path = tmp_path / "q.pt"
