@@ -2,8 +2,9 @@
 the pair's combination started, pinned, loaded and warmed up side by side, as a gate starts them and
 restarts them every few rounds (harness/perf/ab/gate.py `ABGate.start`); HEAD's pair and the working
 tree's in turn, so that both meet the same hours of the host. Appends one row a start to --out and
-prints, per tree, each start's seconds and their median. Where a start's time goes and what it
-costs a gate: docs/perf-gate.md, "A round", its restart paragraph.
+prints, per comparison (the HEAD commit both trees stood on) and per tree, each start's seconds and
+their median. Where a start's time goes and what it costs a gate: docs/perf-gate.md, "A round", its
+restart paragraph.
 
     python benchmarks/worker_start.py --starts 3 --out benchmarks/data/worker_start_avx2.jsonl
     python benchmarks/worker_start.py --out benchmarks/data/worker_start_avx2.jsonl --show   # the kept rows
@@ -40,14 +41,16 @@ def start_seconds(matrix, combo, settings, tree: revision.Tree, plan: duet.Plan)
 
 
 def show(rows: list[dict]) -> None:
-    grouped: dict[tuple[str, str, str], dict[str, list[dict]]] = {}
+    """Per comparison (combination, class, host condition and the HEAD commit both trees stood on),
+    each tree's starts and their median: a study made at another commit is another comparison."""
+    grouped: dict[tuple[str, str, str, str], dict[str, list[dict]]] = {}
     for r in rows:
-        grouped.setdefault((r["combination"], r["cpu_class"], r["condition"]), {}).setdefault(r["tree"], []).append(r)
-    for (combination, cpu_class, condition), trees in grouped.items():
-        print(f"{combination}, {cpu_class}, {condition}: seconds a worker pair took to start")
+        key = (r["combination"], r["cpu_class"], r["condition"], r["commit"])
+        grouped.setdefault(key, {}).setdefault(r["tree"], []).append(r)
+    for (combination, cpu_class, condition, commit), trees in grouped.items():
+        print(f"{combination}, {cpu_class}, {condition}, HEAD {commit[:12]}: seconds a worker pair took to start")
         for tree, took in trees.items():
-            commits = ", ".join(dict.fromkeys(r["commit"][:12] for r in took))
-            print(f"  {tree:45} ({commits}): " + " ".join(f"{r['seconds']:.1f}" for r in took)
+            print(f"  {tree:45} " + " ".join(f"{r['seconds']:.1f}" for r in took)
                   + f"; median {statistics.median(r['seconds'] for r in took):.1f}")
 
 

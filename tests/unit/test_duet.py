@@ -220,8 +220,13 @@ def test_the_start_study_shows_each_trees_starts_and_their_median(capsys):
         rows = [{"combination": "c", "cpu_class": "avx2", "condition": "quiet", "tree": tree, "commit": commit,
                  "seconds": seconds} for tree, commit, seconds in
                 [("HEAD", "a" * 40, 90.0), ("working tree", "a" * 40, 70.0), ("HEAD", "a" * 40, 80.0),
-                 ("working tree", "a" * 40, 60.0), ("HEAD", "a" * 40, 100.0)]]
+                 ("working tree", "a" * 40, 60.0), ("HEAD", "a" * 40, 100.0),
+                 ("HEAD", "b" * 40, 50.0), ("working tree", "b" * 40, 40.0)]]
         study.show(rows)
     out = capsys.readouterr().out.splitlines()
     assert any(line.startswith("  HEAD") for line in out) and "seconds a worker pair took to start" in out[0]
-    assert out[-2].endswith("90.0 80.0 100.0; median 90.0") and out[-1].endswith("70.0 60.0; median 65.0")
+    # one comparison per HEAD commit: a later study's starts do not join an earlier one's median
+    assert out[-6].endswith("HEAD aaaaaaaaaaaa: seconds a worker pair took to start")
+    assert out[-5].endswith("90.0 80.0 100.0; median 90.0") and out[-4].endswith("70.0 60.0; median 65.0")
+    assert out[-3].endswith("HEAD bbbbbbbbbbbb: seconds a worker pair took to start")
+    assert out[-2].endswith(" 50.0; median 50.0") and out[-1].endswith(" 40.0; median 40.0")
