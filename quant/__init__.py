@@ -137,9 +137,9 @@ def load(model: Any, path: Path) -> tuple[Any, QuantRecord]:
     from quant.layers import restore_layer
     from quant.walk import replace
 
-    # Mapped, not read: the layers' tensors are the file's pages (private: a write copies a page), so
-    # a load copies no weight, and the two arms of a gate that load one checkpoint share
-    # its pages (what that saves a gate's start: docs/perf-gate.md, "A round").
+    # Mapped, not read: the layers' tensors are the file's pages (private: a write copies a page), so a
+    # load copies no weight and the two arms of a gate that load one checkpoint share its pages (what
+    # that saves a gate's start: docs/perf-gate.md, "A round").
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # truncated, not a torch file, ...

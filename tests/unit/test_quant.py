@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -194,8 +195,8 @@ def test_a_loaded_checkpoint_maps_its_file_instead_of_copying_it(tmp_path):
     quant.save(model, record, path)
     loaded, _ = quant.load(copy.deepcopy(float_model), path)
     address = loaded[0].weight_q.data_ptr()
-    mapped = [tuple(int(a, 16) for a in line.split()[0].split("-")) for line in open("/proc/self/maps")
-              if line.rstrip().endswith(str(path))]
+    mapped = [tuple(int(a, 16) for a in line.split()[0].split("-"))
+              for line in Path("/proc/self/maps").read_text().splitlines() if line.endswith(str(path))]
     assert any(start <= address < end for start, end in mapped), f"weight at {address:#x}, {path} mapped at {mapped}"
     assert torch.equal(loaded(torch.ones(1, 256)), model(torch.ones(1, 256)))
 
