@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from quant.layers import QuantSettingsError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,26 @@ def save(model: Any, record: QuantRecord, path: Path, *, source: str | None = No
         tmp.unlink(missing_ok=True)
 
 
+def open_checkpoint(path: Path) -> Any:
+    """What `save` wrote to `path`, its tensors mapped from the file, not read: they are the file's
+    pages (private: a write copies a page), so opening one copies no weight, and the two arms of a
+    gate that load one checkpoint share its pages (what that saves a gate's start:
+    docs/perf-gate.md, "A round"). Where the filesystem cannot map the file, it is read instead.
+    Raises QuantSettingsError naming the file when it is not a readable torch file."""
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as mapped:  # noqa: BLE001 - truncated, not a torch file, or a file that cannot be mapped
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001
+            raise QuantSettingsError(f"{path}: not a readable quantized checkpoint ({exc.__class__.__name__}); "
+                                     "delete it and quantize again") from None
+        log.warning("%s: read into memory, not mapped (%s: %s)", path, type(mapped).__name__, mapped)
+        return saved
+
+
 def load(model: Any, path: Path) -> tuple[Any, QuantRecord]:
     """Swap the saved quantized layers into `model` (the same architecture, loaded in the method's
     base dtype) and set the saved float vectors; the float weights of those layers are dropped."""
@@ -137,14 +160,7 @@ def load(model: Any, path: Path) -> tuple[Any, QuantRecord]:
     from quant.layers import restore_layer
     from quant.walk import replace
 
-    # Mapped, not read: the layers' tensors are the file's pages (private: a write copies a page), so a
-    # load copies no weight and the two arms of a gate that load one checkpoint share its pages (what
-    # that saves a gate's start: docs/perf-gate.md, "A round").
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as exc:  # truncated, not a torch file, ...
-        raise QuantSettingsError(f"{path}: not a readable quantized checkpoint ({exc.__class__.__name__}); "
-                                 "delete it and quantize again") from None
+    saved = open_checkpoint(path)
     if not isinstance(saved, dict) or saved.get("format") != SAVE_FORMAT:
         raise QuantSettingsError(f"{path}: checkpoint format {saved.get('format') if isinstance(saved, dict) else '?'}"
                                  f", this code reads {SAVE_FORMAT}; delete it and quantize again")

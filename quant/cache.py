@@ -78,8 +78,8 @@ def source_gone(path: Path) -> bool:
     can ask for it again: its key hashes that folder's files). False where the checkpoint names
     none (saved before it kept one) or cannot be read (quant.load says what to do with it)."""
     try:
-        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # the tensors stay on disk
-    except Exception:  # noqa: BLE001 - damaged or not a checkpoint: not ours to judge here
+        saved = quant.open_checkpoint(path)
+    except quant.QuantSettingsError:  # damaged or not a checkpoint: not ours to judge here
         return False
     source = saved.get("source") if isinstance(saved, dict) else None
     return bool(source) and not Path(source).exists()

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +20,7 @@ from quant import awq, layers
 from quant.calibration import TokenWindows, corpus_text
 from quant.layers import QuantSettingsError
 from quant.walk import linear_layers
+from memory_maps import in_mapping_of, mappings_of
 from tiny_models import VOCAB, counted_prepacks, prompt, tiny_model, word_tokenizer
 
 K, N = 256, 384
@@ -194,10 +194,48 @@ def test_a_loaded_checkpoint_maps_its_file_instead_of_copying_it(tmp_path):
     path = tmp_path / "q.pt"
     quant.save(model, record, path)
     loaded, _ = quant.load(copy.deepcopy(float_model), path)
-    address = loaded[0].weight_q.data_ptr()
-    mapped = [tuple(int(a, 16) for a in line.split()[0].split("-"))
-              for line in Path("/proc/self/maps").read_text().splitlines() if line.endswith(str(path))]
-    assert any(start <= address < end for start, end in mapped), f"weight at {address:#x}, {path} mapped at {mapped}"
+    weight = loaded[0].weight_q
+    assert in_mapping_of(weight, path), f"weight at {weight.data_ptr():#x}, {path} mapped at {mappings_of(path)}"
+    assert torch.equal(loaded(torch.ones(1, 256)), model(torch.ones(1, 256)))
+
+
+def test_the_float_model_a_checkpoint_goes_into_is_built_on_its_files_pages(tmp_path):
+    """transformers (5.23 with safetensors 0.8) builds a fetched float32 model on its safetensors
+    file's mapped pages, not on copies: the Linear weights a checkpoint then replaces are never read
+    into fresh memory (what is left of a start: docs/perf-gate.md, "A round"). A library that copies
+    them again costs every gate arm the model's size in memory at its start."""
+    from transformers import AutoModelForCausalLM
+
+    from tiny_models import tiny_config
+
+    folder = tmp_path / "model"
+    AutoModelForCausalLM.from_config(tiny_config("qwen2"), dtype=torch.float32).save_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    weights = next(folder.glob("*.safetensors"))
+    copied = [n for n, p in model.named_parameters() if not in_mapping_of(p, weights)]
+    assert not copied, f"{len(copied)} parameters copied out of {weights} (first: {copied[0]})"
+
+
+def test_a_checkpoint_the_filesystem_cannot_map_is_read_instead(tmp_path, monkeypatch, caplog):
+    """Where mapping fails (mmap's ENODEV: a filesystem without it), the checkpoint is read into
+    memory, with a warning, instead of being judged unreadable and quantized again on every run."""
+    import errno
+
+    float_model = torch.nn.Sequential(torch.nn.Linear(256, 512))
+    model, record = quant.quantize(copy.deepcopy(float_model), "w8af32", progress=False)
+    path = tmp_path / "q.pt"
+    quant.save(model, record, path)
+    real_load = torch.load
+
+    def no_mapping(*args, mmap=None, **kwargs):
+        if mmap:
+            raise OSError(errno.ENODEV, "No such device")
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", no_mapping)
+    with caplog.at_level("WARNING", logger="quant"):
+        loaded, loaded_record = quant.load(copy.deepcopy(float_model), path)
+    assert loaded_record.cached and "read into memory, not mapped (OSError" in caplog.text
     assert torch.equal(loaded(torch.ones(1, 256)), model(torch.ones(1, 256)))
 
 
@@ -241,6 +279,23 @@ def test_a_killed_save_leaves_a_file_the_next_run_removes(tmp_path):
     model, record = quant.quantize(tiny_model("llama", seed=0), "w8af32", progress=False)
     quant.save(model, record, tmp_path / "q.pt")  # its own partial file is renamed into place
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["q.pt", live.name])
+
+
+def test_pruning_removes_the_checkpoints_whose_model_folder_is_gone(tmp_path):
+    """quant/cache.py `source_gone` opens each checkpoint as a load does: one whose source folder was
+    deleted goes, one whose folder is there stays, and a damaged one is left to the load that will
+    say what to do with it."""
+    from harness.workload.models import prune_quantized
+
+    model, record = quant.quantize(torch.nn.Sequential(torch.nn.Linear(64, 64)), "w8af32", progress=False)
+    kept, gone = tmp_path / "kept-model", tmp_path / "gone-model"
+    kept.mkdir()
+    cache = tmp_path / "quantized"
+    quant.save(model, record, cache / "kept.pt", source=str(kept))
+    quant.save(model, record, cache / "orphan.pt", source=str(gone))
+    (cache / "damaged.pt").write_bytes((cache / "kept.pt").read_bytes()[:100])
+    assert prune_quantized(cache) == [cache / "orphan.pt"]
+    assert sorted(p.name for p in cache.iterdir()) == ["damaged.pt", "kept.pt"]
 
 
 @pytest.mark.parametrize("method, settings, message", [
