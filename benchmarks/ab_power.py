@@ -31,6 +31,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness.core import termination
@@ -43,7 +44,7 @@ from harness.perf.plant import PLANT_INTO
 from harness.perf.ab import duet, environment, revision
 from harness.perf.stored import stats
 from harness.perf.outcome import Outcome
-from harness.perf.ab.gate import ABGate, ABSettings
+from harness.perf.ab.gate import ABGate, ABResult, ABSettings
 from harness.perf.ab.arms import Arm
 from harness.perf.ab.loadguard import LoadGuard, noise_pids
 from harness.perf.combinations import Combination, PerfSettings
@@ -265,8 +266,8 @@ def moved(r: Round, shift: dict[str, float]) -> Round:
     return dataclasses.replace(r, **{m: r.metric(m) * shift[m] for m in METRICS}, phases=kept)
 
 
-def simulate(aa: list[dict], shift: dict[str, float], combo: Combination, settings: PerfSettings, ab: ABSettings,
-             trials: int, rng: random.Random) -> dict[str, float]:
+def resampled_gates(aa: list[dict], shift: dict[str, float], combo: Combination, settings: PerfSettings,
+                    ab: ABSettings, trials: int, rng: random.Random) -> Iterator[ABResult]:
     """Gates replayed through the gate's own code (harness/perf/replay.py) on A/A rounds resampled by
     worker pair: blocks of `restart_every` consecutive rounds (one worker pair's) drawn with
     replacement, so that the spread between worker pairs stays in; the candidate's rounds moved by
@@ -277,14 +278,20 @@ def simulate(aa: list[dict], shift: dict[str, float], combo: Combination, settin
         base, cand, every = replay.power_row_rounds(g, "base"), replay.power_row_rounds(g, "candidate"), g.get("restart_every", ab.restart_every)
         moved_cand = [moved(c, shift) for c in cand]  # once per row, not once per draw
         blocks += [list(zip(base[i:i + every], moved_cand[i:i + every])) for i in range(0, len(base), every)]
-    counts = {"regression": 0, "undecided": 0, "rounds": 0}
     for _ in range(trials):
         pairs: list = []
         while len(pairs) < settings.max_rounds:
             pairs += rng.choice(blocks)
         pairs = pairs[:settings.max_rounds]
-        result = replay.ab_gate(combo, settings, ab, replay.RecordedArm("base", "A/A resampled", [b for b, _ in pairs]),
-                                replay.RecordedArm("candidate", "A/A resampled", [c for _, c in pairs])).run()
+        yield replay.ab_gate(combo, settings, ab, replay.RecordedArm("base", "A/A resampled", [b for b, _ in pairs]),
+                             replay.RecordedArm("candidate", "A/A resampled", [c for _, c in pairs])).run()
+
+
+def simulate(aa: list[dict], shift: dict[str, float], combo: Combination, settings: PerfSettings, ab: ABSettings,
+             trials: int, rng: random.Random) -> dict[str, float]:
+    """The share of `resampled_gates` that call a regression or end UNDECIDED, and their mean rounds."""
+    counts = {"regression": 0, "undecided": 0, "rounds": 0}
+    for result in resampled_gates(aa, shift, combo, settings, ab, trials, rng):
         counts["regression"] += result.outcome == Outcome.REGRESSION
         counts["undecided"] += result.outcome == Outcome.UNDECIDED
         counts["rounds"] += result.rounds

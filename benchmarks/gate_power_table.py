@@ -5,9 +5,10 @@ its real gates' outcomes, the rounds at which they decided, their minutes, and w
 issues 25 and 27 are met (on the combination each class's merge gate runs today; rows of older
 combinations are kept as what was measured, with no target). A/A rows add the rates of gates resampled
 from the file's A/A rounds (benchmarks/ab_power.py's resampling), kept in
-benchmarks/data/ab_power_resampled.json because they take minutes; a row whose rounds changed since
-says so until --resample runs. docs/perf-gate.md holds the table between its markers; a unit test
-checks that it is the one these files make, so a figure there has one home: the data.
+benchmarks/data/ab_power_resampled.json because they take minutes; a row whose rounds or the gate's
+stopping rule changed since says so until --resample runs. docs/perf-gate.md holds the table between
+its markers; a unit test checks that it is the one these files make, so a figure there has one home:
+the data.
 
     python benchmarks/gate_power_table.py                       # print the table
     python benchmarks/gate_power_table.py --resample --write    # resample what changed, write the doc
@@ -32,7 +33,7 @@ from harness.core.jsonio import atomic_write_text
 from harness.machine import capability
 from harness.perf import combinations, replay
 from harness.perf.ab import duet
-from harness.perf.ab.gate import ABSettings
+from harness.perf.ab.gate import STOPPING_RULE, ABSettings
 from harness.perf.combinations import PerfSettings
 from harness.perf.plant import ASSISTED_ONLY, PHASE_OF, PLANT_INTO
 from harness.perf.record import GATED_PHASES, METRICS
@@ -191,15 +192,23 @@ def names_phase(level: Level) -> str | None:
     return PHASE_OF[into] if fraction and into in ASSISTED_ONLY else None
 
 
-def outcomes(gates: list[dict], level: Level, earlier_rule: int = 0) -> str:
+def outcomes(gates: list[dict], level: Level, today: list[Replayed] | None = None) -> str:
+    """The gates' recorded outcomes; then, where today's gate code replayed on their rounds would
+    have stopped elsewhere (`today`, one per gate), how many and where."""
     counts = {o: sum(g["outcome"] == o for g in gates) for o in ("regression", "pass", "undecided")}
     text = ", ".join(f"{n} {o.upper()}" for o, n in counts.items() if n)
     phase = names_phase(level)
     recorded = [g for g in gates if g["outcome"] == "regression" and phase in g.get("verdicts", {})]
     if phase and recorded:
         text += f" ({sum(g['verdicts'][phase] == 'regression' for g in recorded)} naming `{phase}`)"
-    if earlier_rule:
-        text += f"; {earlier_rule} stopped by an earlier rule where today's gate looks again (the calls stand)"
+    today = today or []
+    later = sum(r.cut_short for r in today)
+    if later:
+        text += f"; {later} stopped by an earlier rule where today's gate looks again (the calls stand)"
+    sooner = [(r.rounds, r.outcome) for g, r in zip(gates, today) if not r.cut_short and r.rounds < g["rounds"]]
+    if sooner:
+        where = ", ".join(f"{o.upper()} at {n} x{sooner.count((n, o))}" for n, o in sorted(set(sooner)))
+        text += f"; {len(sooner)} today's gate ends sooner on the same rounds ({where})"
     return text
 
 
@@ -212,12 +221,30 @@ def replay_setup(group: Group) -> tuple[combinations.Combination, PerfSettings, 
     return combo, settings, ABSettings(tolerance=group.tolerance)
 
 
-def stopped_sooner(row: dict, setup: tuple[combinations.Combination, PerfSettings, ABSettings]) -> bool:
-    """Today's gate, replayed on the row's rounds, would have looked again after its last one: the
-    gate stopped under an earlier stopping rule. Its regression call stands under today's rule
-    (harness/perf/ab/gate.py `standing`); a phase it did not name might have been named at a later look."""
+@dataclass(frozen=True)
+class Replayed:
+    """Today's gate code replayed on one kept gate's rounds (harness/perf/replay.py)."""
+    rounds: int      # where it stopped
+    outcome: str     # its outcome there
+    verdicts: dict[str, str]  # each metric's verdict there
+    cut_short: bool  # it would have looked again after the recording's end: an earlier rule stopped the gate
+    # (its regression call stands under today's rule, harness/perf/ab/gate.py `standing`; a phase it did
+    # not name might have been named at a later look)
+
+
+def replayed(row: dict, setup: tuple[combinations.Combination, PerfSettings, ABSettings]) -> Replayed:
     arms = [replay.RecordedArm(arm, f"recorded {arm}", replay.power_row_rounds(row, arm)) for arm in ("base", "candidate")]
-    return replay.ab_gate(*setup, *arms).run().cut_short
+    result = replay.ab_gate(*setup, *arms).run()
+    return Replayed(result.rounds, result.outcome.value, {m: d.verdict.value for m, d in result.decisions.items()},
+                    result.cut_short)
+
+
+def as_today(row: dict, today: Replayed | None) -> dict:
+    """The gate as today's gate code decides it on the same rounds, where that stops sooner; its
+    minutes stay as recorded (more than today's gate would take)."""
+    if today is None or today.cut_short or today.rounds >= row["rounds"]:
+        return row
+    return {**row, "outcome": today.outcome, "rounds": today.rounds, "verdicts": today.verdicts}
 
 
 def decided_at(gates: list[dict]) -> str:
@@ -261,15 +288,16 @@ def target(group: Group, level: Level, gates: list[dict], resampled: dict | None
 
 
 def fresh(group: Group, pool: list[dict], resampled: dict) -> dict | None:
-    """The group's kept resampled rates, if they were made from these A/A rounds."""
+    """The group's kept resampled rates, if they were made from these A/A rounds under today's stopping rule."""
     entry = resampled.get(group.key)
-    return entry if entry and entry["aa_rounds"] == sum(g["rounds"] for g in pool) else None
+    return (entry if entry and entry["aa_rounds"] == sum(g["rounds"] for g in pool)
+            and entry.get("rule") == STOPPING_RULE else None)
 
 
 def resampled_cell(group: Group, pool: list[dict], resampled: dict) -> str:
     entry, rounds = fresh(group, pool, resampled), sum(g["rounds"] for g in pool)
     if not entry:
-        return "not resampled since its rounds changed (--resample)"
+        return "not resampled since its rounds or the gate's stopping rule changed (--resample)"
     rough = " rough:" if entry["pairs"] < ab_power.MIN_PAIRS else ""
     return (f"{entry['regression']:.1%}, {entry['undecided']:.1%}, {entry['rounds']:.1f} "
             f"({entry['trials']} gates;{rough} {rounds} A/A rounds, {entry['pairs']} worker pairs)")
@@ -281,8 +309,8 @@ def resample(group: Group, pool: list[dict], trials: int) -> dict:
     combo, settings, ab = replay_setup(group)
     unchanged = {m: 1.0 for m in (*METRICS, *GATED_PHASES)}
     rates = ab_power.simulate(pool, unchanged, combo, settings, ab, trials, random.Random(SEED))
-    return {"aa_rounds": sum(g["rounds"] for g in pool), "pairs": ab_power.worker_pairs(pool, ab.restart_every),
-            "trials": trials, **{k: round(v, 6) for k, v in rates.items()}}
+    return {"aa_rounds": sum(g["rounds"] for g in pool), "rule": STOPPING_RULE,
+            "pairs": ab_power.worker_pairs(pool, ab.restart_every), "trials": trials, **{k: round(v, 6) for k, v in rates.items()}}
 
 
 def measured_again(group: Group, level: Level, groups: dict[Group, dict[Level, list[dict]]]) -> Group | None:
@@ -489,7 +517,7 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
         set_here = [t for t in TARGETS if t.tolerance == group.tolerance]
         for level in sorted(kept.groups[group], key=level_order):
             gates = kept.groups[group][level]
-            earlier_rule = sum(stopped_sooner(g, setup) for g in gates) if setup else 0
+            today = [replayed(g, setup) for g in gates] if setup else None
             pool = aa_pool(kept.rows, group, kept.default_looks) if level == AA else []
             cell = resampled_cell(group, pool, resampled) if pool else ""
             again = measured_again(group, level, kept.groups)
@@ -497,7 +525,8 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
             ms = glue_ms(level, verify)
             undersized = ms is not None and any(t.into == "glue" for t in set_here)
             status = ("-" if not judged else f"measured again: {short(again.file)}" if again
-                      else target(group, level, gates, fresh(group, pool, resampled)) if held
+                      else target(group, level, [as_today(g, t) for g, t in zip(gates, today or [None] * len(gates))],
+                                  fresh(group, pool, resampled)) if held
                       else f"no target: under {GLUE_MS:g} ms a step" if undersized else "-")
             for t in held:
                 cells.setdefault((group.cpu_class, group.condition, t), []).append((group, level, status))
@@ -507,7 +536,7 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
                     own.append(level)
             name = level_name(level) + (f" ({ms:.1f} ms a step)" if ms is not None else "")
             lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
-                         f"| {name} | {len(gates)} | {outcomes(gates, level, earlier_rule)} | {decided_at(gates)} "
+                         f"| {name} | {len(gates)} | {outcomes(gates, level, today)} | {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
     return lines, cells, wanted
 
@@ -592,8 +621,9 @@ def load_resampled(path: Path) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--resample", action="store_true", help=f"resample the A/A rows whose rounds changed ({TRIALS} gates "
-                   "each, minutes) and keep the rates in " + str(RESAMPLED.relative_to(REPO)))
+    p.add_argument("--resample", action="store_true",
+                   help=f"resample the A/A rows whose rounds or the gate's stopping rule changed ({TRIALS} gates each, "
+                   "minutes) and keep the rates in " + str(RESAMPLED.relative_to(REPO)))
     p.add_argument("--trials", type=int, default=TRIALS, help="resampled gates a row (with --resample)")
     p.add_argument("--write", action="store_true", help=f"write the table into {DOC.relative_to(REPO)} between its markers")
     args = p.parse_args(argv)

@@ -81,10 +81,26 @@ def test_a_phase_level_counts_only_gates_that_name_the_phase(gpt):
 
 def test_a_resampled_rate_of_other_rounds_is_not_shown(gpt):
     pool = [gate(rounds=8), gate(rounds=16)]
-    kept = {group(gpt).key: {"aa_rounds": 24, "pairs": 6, "trials": 2000, "regression": 0.001, "undecided": 0.0,
-                             "rounds": 9.5}}
+    kept = {group(gpt).key: {"aa_rounds": 24, "rule": gpt.STOPPING_RULE, "pairs": 6, "trials": 2000,
+                             "regression": 0.001, "undecided": 0.0, "rounds": 9.5}}
     assert gpt.resampled_cell(group(gpt), pool, kept).startswith("0.1%, 0.0%, 9.5 (2000 gates; rough: 24 A/A rounds")
     assert "not resampled" in gpt.resampled_cell(group(gpt), pool + [gate()], kept)
+    earlier = {k: {**v, "rule": "an earlier stopping rule"} for k, v in kept.items()}  # made by other gate code
+    assert "not resampled" in gpt.resampled_cell(group(gpt), pool, earlier)
+
+
+def test_a_target_judges_what_todays_gate_decides_on_the_recorded_rounds(gpt):
+    """A caught gate that today's gate code, replayed on its rounds, passes at an earlier look counts
+    as the PASS it is today; one that an earlier rule stopped (today's gate would look again) keeps
+    its recorded call."""
+    ten = ("target", 0.10)
+    caught = gate("regression", level=0.10, rounds=16)
+    passes_sooner = gpt.Replayed(8, "pass", {}, False)
+    later = gpt.Replayed(16, "regression", {}, True)
+    assert gpt.as_today(caught, passes_sooner)["outcome"] == "pass"
+    assert gpt.as_today(caught, later) is caught and gpt.as_today(caught, None) is caught
+    gates = [gpt.as_today(caught, t) for t in [passes_sooner] * 2 + [later] * 18]
+    assert gpt.target(group(gpt), ten, gates) == "missed: 18 of 20 caught"
 
 
 def test_a_doc_without_markers_is_named(gpt, tmp_path):
@@ -104,14 +120,29 @@ def test_a_gate_an_earlier_rule_stopped_where_todays_gate_looks_again_is_named_a
     unnamed = [r for r in rows if r["verdicts"]["draft_step"] != "regression"]
     assert named and unnamed
     setup = gpt.replay_setup(gpt.group_of("f.jsonl", rows[0], gpt.default_looks()))
-    assert [gpt.stopped_sooner(r, setup) for r in named] == [False] * len(named)
-    assert [gpt.stopped_sooner(r, setup) for r in unnamed] == [True] * len(unnamed)
-    cell = gpt.outcomes(rows, ("draft", 0.10), earlier_rule=len(unnamed))
+    today = [gpt.replayed(r, setup) for r in rows]
+    assert [t.cut_short for r, t in zip(rows, today) if r in named] == [False] * len(named)
+    assert [t.cut_short for r, t in zip(rows, today) if r in unnamed] == [True] * len(unnamed)
+    cell = gpt.outcomes(rows, ("draft", 0.10), today)
     assert cell.startswith(f"{len(rows)} REGRESSION ({len(named)} naming `draft_step`); {len(unnamed)} stopped by an earlier rule")
     table = gpt.render(gpt.load_rows([gpt.DATA / "ab_power_avx512-bf16_duet-swap0.05_quiet_k16-fused-c0.6.jsonl"]), {},
                        gpt.default_looks())
     row = next(line for line in table.splitlines() if "| draft 10% (plain untouched) |" in line)
     assert f"{len(unnamed)} stopped by an earlier rule" in row, row
+
+
+def test_a_gate_todays_rule_ends_sooner_on_the_same_rounds_says_where(gpt):
+    """Gates recorded under today's rule replay to where they stopped; where a later rule stops
+    sooner on the same rounds, the row says where and with what outcome."""
+    name = "ab_power_avx2_duet-swap0.05-standin_noisy_k16-fused-c0.6.jsonl"
+    rows = [row for _, row in gpt.load_rows([gpt.DATA / name]) if row["tolerance"] == 0.05 and row["level"] == 0]
+    setup = gpt.replay_setup(gpt.group_of(name, rows[0], gpt.default_looks()))
+    today = [gpt.replayed(r, setup) for r in rows]
+    assert [(t.rounds, t.outcome, t.cut_short) for t in today] == [(r["rounds"], r["outcome"], False) for r in rows]
+    assert gpt.outcomes(rows, gpt.AA, today) == f"{len(rows)} PASS"
+    recorded = [gate(rounds=24), gate(rounds=32), gate(rounds=8)]
+    sooner = [gpt.Replayed(16, "pass", {}, False), gpt.Replayed(8, "pass", {}, False), gpt.Replayed(8, "pass", {}, False)]
+    assert gpt.outcomes(recorded, gpt.AA, sooner) == "3 PASS; 2 today's gate ends sooner on the same rounds (PASS at 8 x1, PASS at 16 x1)"
 
 
 def test_a_level_measured_again_in_its_own_file_is_judged_and_resumed_there(gpt):
@@ -258,7 +289,7 @@ def test_a_file_that_holds_the_glue_target_resumes_its_own_level(gpt, monkeypatc
     """An earlier setup's glue gates resume into today's file as a level sized there, unless today's
     file holds the target itself: then its own level, never a second size; a glue level at a tolerance
     the issues set no glue target for (5%) is not called under-sized."""
-    monkeypatch.setattr(gpt, "stopped_sooner", lambda row, setup: False)
+    monkeypatch.setattr(gpt, "replayed", lambda row, setup: gpt.Replayed(row["rounds"], row["outcome"], row["verdicts"], False))
     pair = "qwen-coder-1.5b+0.5b"
     combo = gpt.todays_combinations([pair])["amx", pair]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -34,6 +35,10 @@ from harness.perf.record import GATED_PHASES, METRICS, Round
 log = logging.getLogger(__name__)
 
 MAX_REDOS_PER_ROUND = 3
+# Names the rule by which the gate stops and decides (`_settled`, `suspect`, `standing`,
+# harness/perf/ab/paired.py): rates resampled from recorded rounds under another rule are stale
+# (benchmarks/gate_power_table.py). Change it with the rule.
+STOPPING_RULE = "2026-12-02: a tokens/s regression waits while a phase is a suspect (its estimate beyond T/2)"
 HEADLINES = {Outcome.REGRESSION: "perf regression", Outcome.UNDECIDED: "perf gate undecided",
              Outcome.PASS: "perf gate passed", Outcome.IMPROVEMENT: "perf improvement"}
 
@@ -45,6 +50,10 @@ class ABSettings:
     miss_rate: float = paired.DEFAULT_MISS_RATE
     combinations: int = 1           # combinations gated in the whole run (the false-alarm family)
     restart_every: int = 4          # so the first look (8 rounds) already spans two worker pairs
+    # A phase keeps the gate looking while its estimate lies beyond T/2 and this many standard errors
+    # from no change (`suspect`); 0: the estimate alone. Larger ends unchanged gates sooner and catches
+    # a slower phase less often (docs/perf-gate.md, "Which phase keeps the gate looking").
+    suspect_z: float = 0.0
     seed: int = 0
 
     def design(self, settings: PerfSettings, metrics: int) -> paired.Design:
@@ -307,7 +316,7 @@ class ABGate:
                     decisions, cut_short = standing(decisions, self.decisions(at_cap=True)), True
                     break
                 decisions = standing(decisions, self.decisions(at_cap=index >= s.max_rounds))
-                if index >= s.max_rounds or _settled(decisions):
+                if index >= s.max_rounds or _settled(decisions, self.ab.suspect_z):
                     break
         except BaseException:  # an error or an interrupt: a worker mid-request is killed, not asked to quit
             self.close(ask=False)
@@ -341,19 +350,21 @@ def gating(decisions: dict[str, paired.PairedDecision]) -> list[Outcome]:
             if m in METRICS or (m in GATED_PHASES and d.verdict == Outcome.REGRESSION)]
 
 
-def suspect(d: paired.PairedDecision) -> bool:
-    """A phase not yet significant whose estimate is already slower than the regression threshold:
-    the gate goes on looking (up to its cap) rather than pass it."""
-    return d.cost and d.verdict == Outcome.INCONCLUSIVE and 1 + d.change < 1 - d.tolerance / 2
+def suspect(d: paired.PairedDecision, z: float = 0.0) -> bool:
+    """A phase not yet significant whose estimate is already slower than the regression threshold
+    (and, with `z`, that many standard errors slower than no change): the gate goes on looking (up to
+    its cap) rather than pass it."""
+    beyond = d.cost and d.verdict == Outcome.INCONCLUSIVE and 1 + d.change < 1 - d.tolerance / 2
+    return beyond and (z <= 0 or -math.log(1 + d.change) > z * d.se)
 
 
-def _settled(decisions: dict[str, paired.PairedDecision]) -> bool:
+def _settled(decisions: dict[str, paired.PairedDecision], suspect_z: float = 0.0) -> bool:
     """The gate may stop: a phase regressed (the slowdown is found and named), or tokens/s settled
     (a regression among them too) and no phase is a suspect. So a tokens/s regression whose phase is
     still a suspect keeps the gate looking, up to its cap, to name the phase; its call stands (`standing`)."""
     if any(d.cost and d.verdict == Outcome.REGRESSION for d in decisions.values()):
         return True
-    return settled(gating(decisions)) and not any(suspect(d) for d in decisions.values())
+    return settled(gating(decisions)) and not any(suspect(d, suspect_z) for d in decisions.values())
 
 
 def standing(earlier: dict[str, paired.PairedDecision] | None,

@@ -98,6 +98,13 @@ class PairedDecision:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def se(self) -> float:
+        """The standard error of the mean log ratio: the PASS bound lies t(1 - beta) of them below the mean."""
+        if self.rounds < 2 or self.pass_bound <= 0:
+            return math.inf
+        return (math.log(1 + self.change) - math.log(self.pass_bound)) / t_quantile(1 - self.beta, self.rounds - 1)
+
     def shown(self) -> tuple[float, float, float]:
         return shown(self.change, self.ci_low, self.ci_high, self.cost)
 
