@@ -12,8 +12,9 @@ Phases (one home for their names; the decode phase is everything after the targe
   draft_step     a draft pass in the decode phase (one token; the first pass of an assisted step
                  also takes the tokens accepted since the last one)
   overhead       the decode phase's wall time outside every forward pass: sampling, comparing the
-                 candidates, cropping the caches, the Python between passes. Not a pass: its
-                 `calls` are the decode steps (target passes) it is spread over.
+                 candidates, cropping the caches, the Python between passes. Not a pass: one
+                 figure per decode step (a step ends with its target pass), so its `calls` are
+                 the decode steps and its median and 10th percentile are those of the steps.
 
 The accounting: the decode phase costs sum(calls x median) over the passes' phases plus the
 overhead. `accounting` puts that prediction beside the measured decode time, so a run shows how
@@ -134,8 +135,7 @@ def split(calls: Iterable[Call], decode_start: float, decode_end: float) -> dict
     first pass, `decode_end`: the end of the generate call."""
     ms: dict[str, list[float]] = {}
     first: set[str] = set()
-    passes_in_decode = 0.0
-    steps = 0
+    decode: list[Call] = []
     for c in sorted(calls, key=lambda c: c.start):
         if c.model not in first:
             first.add(c.model)
@@ -148,14 +148,31 @@ def split(calls: Iterable[Call], decode_start: float, decode_end: float) -> dict
             phase = DRAFT_STEP
         ms.setdefault(phase, []).append(c.seconds * 1000.0)
         if c.start >= decode_start:
-            passes_in_decode += c.seconds
-            steps += c.model == "target"
+            decode.append(c)
     out = {phase: PhaseCost.of(ms[phase]) for phase in PASSES if phase in ms}
-    if steps:
-        overhead_ms = max(0.0, (decode_end - decode_start - passes_in_decode) * 1000.0)
-        out[OVERHEAD] = PhaseCost(calls=steps, total_ms=overhead_ms, median_ms=overhead_ms / steps,
-                                  low_ms=overhead_ms / steps)
+    per_step = step_overheads_ms(decode, decode_start, decode_end)
+    if per_step:
+        out[OVERHEAD] = PhaseCost.of(per_step)
     return out
+
+
+def step_overheads_ms(decode: Sequence[Call], decode_start: float, decode_end: float) -> list[float]:
+    """The host's work in each decode step: a step ends with its target pass (a plain step's, or an
+    assisted step's verification), and its overhead is its wall time outside the passes in it. The
+    time after the last target pass joins the last step, so the steps' sum is the decode phase's
+    wall time outside every pass. One figure per step, so that a step a neighbour's burst
+    interrupted stays one step of many (its median and 10th percentile ignore it; the mean does not)."""
+    steps: list[float] = []
+    begun, inside = decode_start, 0.0
+    for c in decode:
+        inside += c.seconds
+        if c.model == "target":
+            end = c.start + c.seconds
+            steps.append(max(0.0, (end - begun - inside) * 1000.0))
+            begun, inside = end, 0.0
+    if steps:
+        steps[-1] += max(0.0, (decode_end - begun - inside) * 1000.0)
+    return steps
 
 
 def pooled(runs: Iterable[Mapping[str, PhaseCost]]) -> dict[str, PhaseCost]:

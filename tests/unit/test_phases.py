@@ -54,6 +54,9 @@ def test_passes_are_filed_by_model_order_and_width():
     assert split["verify"].calls == 3 and split["verify"].median_ms == pytest.approx(30.0)
     # the decode phase: 6 ms before the first step, then 4 ms of host work in each of 3 steps
     assert split["overhead"].calls == 3 and split["overhead"].total_ms == pytest.approx(6.0 + 3 * 4.0)
+    # per step, from one verification's end to the next's: 6 (with the 6 ms before the first), 4,
+    # and 4 + the 4 ms after the last verification
+    assert split["overhead"].median_ms == pytest.approx(6.0) and split["overhead"].low_ms == pytest.approx(4.4)
     acc = phases.accounting(split, decode_tokens=9, measured_ms=(t - 0.114) * 1000)
     assert acc.passes_ms == pytest.approx(6 * 3.0 + 3 * 30.0)
     assert acc.passes_ms + acc.overhead_ms == pytest.approx(acc.measured_ms)
@@ -62,6 +65,24 @@ def test_passes_are_filed_by_model_order_and_width():
     plain = phases.split([Call("target", 12, 0.0, 0.1), Call("target", 1, 0.1, 0.02)], 0.1, 0.13)
     assert set(plain) == {"prefill", "target_step", "overhead"}
     assert plain["overhead"].total_ms == pytest.approx(10.0)
+
+
+def test_a_step_interrupted_by_a_burst_moves_the_overheads_mean_and_not_its_median():
+    """Plain steps of 20 ms passes and 2 ms of host work; a neighbour takes the core for 200 ms
+    between two passes of one step: the mean moves by 200 ms / steps, the median and the 10th
+    percentile stay."""
+    def steps(burst_at: int | None) -> dict[str, phases.PhaseCost]:
+        calls, t = [Call("target", 12, 0.0, 0.1)], 0.1
+        for i in range(20):
+            t += 0.002 + (0.2 if i == burst_at else 0.0)
+            calls.append(Call("target", 1, t, 0.02))
+            t += 0.02
+        return phases.split(calls, decode_start=0.1, decode_end=t)
+    quiet, burst = steps(None)["overhead"], steps(7)["overhead"]
+    assert quiet.calls == burst.calls == 20
+    assert burst.total_ms - quiet.total_ms == pytest.approx(200.0)
+    assert burst.median_ms == pytest.approx(quiet.median_ms) == pytest.approx(2.0)
+    assert burst.low_ms == pytest.approx(quiet.low_ms) == pytest.approx(2.0)
 
 
 def test_acceptance_by_position():
