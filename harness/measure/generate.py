@@ -186,7 +186,8 @@ def measure_generation(
 
     counters = _LoopCounters()
     clock = timing.device_clock(input_ids.device)  # on CUDA each read waits for the queued work
-    timer = phases.PassTimer(clock, timed=clock is time.perf_counter)  # per pass only where a read waits for nothing
+    timer = phases.PassTimer(clock, timed=clock is time.perf_counter,  # per pass only where a read waits for nothing
+                             cpu_clock=time.thread_time)
     torch.manual_seed(settings.seed)
     with _instrumented(target, assistant, counters, timer, settings, k), torch.inference_mode():
         cpu0, t0 = time.process_time(), clock()

@@ -15,6 +15,11 @@ Phases (one home for their names; the decode phase is everything after the targe
                  candidates, cropping the caches, the Python between passes. Not a pass: one
                  figure per decode step (a step ends with its target pass), so its `calls` are
                  the decode steps and its median and 10th percentile are those of the steps.
+  overhead_cpu   the same host work in the generating thread's CPU time (time.thread_time):
+                 what a neighbour's burst that takes the core between two passes does not
+                 inflate, since the thread does not run then. Recorded, not gated: its A/A
+                 spread beside the wall-clock overhead's is in docs/perf-gate.md. The time after
+                 the last target pass is not in it (no CPU reading at the end of the call).
 
 The accounting: the decode phase costs sum(calls x median) over the passes' phases plus the
 overhead. `accounting` puts that prediction beside the measured decode time, so a run shows how
@@ -37,9 +42,10 @@ from harness.machine.predict import StepCosts
 
 PREFILL, DRAFT_PREFILL = "prefill", "draft_prefill"
 TARGET_STEP, VERIFY, DRAFT_STEP, OVERHEAD = "target_step", "verify", "draft_step", "overhead"
+OVERHEAD_CPU = "overhead_cpu"
 PASSES = (PREFILL, DRAFT_PREFILL, TARGET_STEP, VERIFY, DRAFT_STEP)
 DECODE_PASSES = (TARGET_STEP, VERIFY, DRAFT_STEP)
-PHASES = PASSES + (OVERHEAD,)
+PHASES = PASSES + (OVERHEAD, OVERHEAD_CPU)
 
 LOW_QUANTILE = 0.1  # the low statistic kept beside the median (PhaseCost.low_ms)
 
@@ -80,12 +86,15 @@ class PhaseCost:
 
 @dataclass(frozen=True)
 class Call:
-    """One forward pass: which model, how many new tokens it took, when it began and how long it ran."""
+    """One forward pass: which model, how many new tokens it took, when it began and how long it ran,
+    on the clock and (where read) in the generating thread's CPU time."""
 
     model: str  # "target" | "draft"
     tokens: int
     start: float
     seconds: float
+    cpu_start: float = math.nan
+    cpu_seconds: float = math.nan
 
 
 def new_tokens(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
@@ -105,19 +114,22 @@ class PassTimer:
 
     clock: Callable[[], float]
     timed: bool = True
+    cpu_clock: Callable[[], float] | None = None  # with `timed`: each pass's CPU time too (time.thread_time)
     calls: list[Call] = field(default_factory=list)
     target_passes: int = 0
     first_target_end: float | None = None
 
     def attach(self, module: Any, name: str) -> list[Any]:
         """Hooks on `module`'s forward, filed as `name`; returns the handles to remove."""
-        started: list[tuple[float, int]] = []
+        started: list[tuple[float, float, int]] = []
+        cpu = self.cpu_clock if self.timed and self.cpu_clock else (lambda: math.nan)
 
         def before(mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            started.append((self.clock() if self.timed else math.nan, new_tokens(args, kwargs)))
+            started.append((self.clock() if self.timed else math.nan, cpu(), new_tokens(args, kwargs)))
 
         def after(mod: Any, args: Any, output: Any) -> None:
-            t0, tokens = started.pop()
+            c1 = cpu()
+            t0, c0, tokens = started.pop()
             first_target = name == "target" and self.first_target_end is None
             t1 = self.clock() if (self.timed or first_target) else math.nan
             if name == "target":
@@ -125,7 +137,7 @@ class PassTimer:
                 if first_target:
                     self.first_target_end = t1
             if self.timed:
-                self.calls.append(Call(name, tokens, t0, t1 - t0))
+                self.calls.append(Call(name, tokens, t0, t1 - t0, c0, c1 - c0))
 
         return [module.register_forward_pre_hook(before, with_kwargs=True), module.register_forward_hook(after)]
 
@@ -153,6 +165,10 @@ def split(calls: Iterable[Call], decode_start: float, decode_end: float) -> dict
     per_step = step_overheads_ms(decode, decode_start, decode_end)
     if per_step:
         out[OVERHEAD] = PhaseCost.of(per_step)
+    prefill = next((c for c in calls if c.model == "target" and c.start < decode_start), None)
+    per_step_cpu = step_cpu_overheads_ms(decode, prefill)
+    if per_step_cpu:
+        out[OVERHEAD_CPU] = PhaseCost.of(per_step_cpu)
     return out
 
 
@@ -172,6 +188,23 @@ def step_overheads_ms(decode: Sequence[Call], decode_start: float, decode_end: f
             begun, inside = end, 0.0
     if steps:
         steps[-1] += max(0.0, (decode_end - begun - inside) * 1000.0)
+    return steps
+
+
+def step_cpu_overheads_ms(decode: Sequence[Call], prefill: Call | None) -> list[float]:
+    """The host's work in each decode step in CPU time: the thread's CPU time between one pass's end
+    and the next's start, summed up to the step's target pass; from the prefill's end. None read
+    (untimed, or no CPU clock): no steps."""
+    if prefill is None or math.isnan(prefill.cpu_start) or any(math.isnan(c.cpu_start) for c in decode):
+        return []
+    steps: list[float] = []
+    ended, gaps = prefill.cpu_start + prefill.cpu_seconds, 0.0
+    for c in decode:
+        gaps += max(0.0, c.cpu_start - ended)
+        ended = c.cpu_start + c.cpu_seconds
+        if c.model == "target":
+            steps.append(gaps * 1000.0)
+            gaps = 0.0
     return steps
 
 

@@ -26,7 +26,7 @@ COUNTERS = ("new_tokens", "drafted", "accepted", "target_forwards")
 # A round's phases: the plain runs' target step and prefill, the assisted runs' verification, draft
 # step, draft prefill and host overhead per step (harness/measure/phases.py).
 PLAIN_PHASES = (phases.PREFILL, phases.TARGET_STEP)
-ASSISTED_PHASES = (phases.DRAFT_PREFILL, phases.VERIFY, phases.DRAFT_STEP, phases.OVERHEAD)
+ASSISTED_PHASES = (phases.DRAFT_PREFILL, phases.VERIFY, phases.DRAFT_STEP, phases.OVERHEAD, phases.OVERHEAD_CPU)
 ROUND_PHASES = PLAIN_PHASES + ASSISTED_PHASES
 # The phases the A/B gate decides on (lower is better), each read by the statistic of its passes
 # whose A/A spread was smallest (benchmarks/phase_spread.py, docs/perf-gate.md): the 10th

@@ -370,3 +370,24 @@ def test_each_glance_cell_is_the_target_of_its_row_in_the_kept_data(gpt, kept_ta
         target(bf16 + "_phase-located", "10%", "draft 10% (plain untouched)"))
     assert glance("avx512-bf16", "quiet", "A/A at 5%").endswith(target(bf16, "5%", "A/A"))
     assert glance("avx512-bf16", "quiet", "A/A").endswith(target(bf16, "10%", "A/A"))
+
+
+def test_the_stopping_rule_names_the_code_that_decides(gpt):
+    """Rates resampled under one stopping rule are stale under another (gpt.fresh): so the code that
+    decides and stops (docstrings aside) must not change without the rule's name."""
+    import ast
+    import hashlib
+    import inspect
+
+    from harness.perf.ab import gate, paired
+    parts = []
+    for fn in (gate.suspect, gate._settled, gate.standing, gate.gating, paired.decide):
+        node = ast.parse(inspect.getsource(fn)).body[0]
+        if ast.get_docstring(node):
+            node.body = node.body[1:]
+        parts.append(ast.dump(node, annotate_fields=False))
+    code = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    assert (gpt.STOPPING_RULE, code) == (
+        "2026-12-02: a tokens/s regression waits while a phase is a suspect (its estimate beyond T/2)", "a0ee21b6837ab50b"), \
+        ("the gate's deciding code changed: give harness/perf/ab/gate.py STOPPING_RULE a new name, set both here, and run "
+         "python benchmarks/gate_power_table.py --resample --write")

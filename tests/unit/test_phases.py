@@ -4,6 +4,9 @@ on tiny random models and on hand-made passes whose answer is known."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 
 from harness.measure import phases
@@ -85,6 +88,20 @@ def test_a_step_interrupted_by_a_burst_moves_the_overheads_mean_and_not_its_medi
     assert burst.low_ms == pytest.approx(quiet.low_ms) == pytest.approx(2.0)
 
 
+def test_the_cpu_overhead_leaves_out_a_burst_in_which_the_thread_did_not_run():
+    """Plain steps of 20 ms passes and 2 ms of host work, on both clocks; a neighbour takes the core
+    for 200 ms between two passes of one step: the wall-clock overhead has it, the CPU one does not."""
+    calls, t, cpu = [Call("target", 12, 0.0, 0.1, 0.0, 0.1)], 0.1, 0.1
+    for i in range(20):
+        t, cpu = t + 0.002 + (0.2 if i == 7 else 0.0), cpu + 0.002
+        calls.append(Call("target", 1, t, 0.02, cpu, 0.02))
+        t, cpu = t + 0.02, cpu + 0.02
+    split = phases.split(calls, decode_start=0.1, decode_end=t)
+    assert split["overhead"].total_ms == pytest.approx(20 * 2.0 + 200.0)
+    assert split["overhead_cpu"].calls == 20 and split["overhead_cpu"].total_ms == pytest.approx(20 * 2.0)
+    assert "overhead_cpu" not in phases.split([dataclasses.replace(c, cpu_start=math.nan) for c in calls], 0.1, t)
+
+
 def test_acceptance_by_position():
     shares = phases.acceptance_by_position([[3, 3], [2]], [[2, 0], [2]])
     assert shares == pytest.approx([2 / 3, 2 / 3, 0.0])
@@ -102,8 +119,12 @@ def test_pooled_phases_sum_calls_and_take_the_median_of_medians():
 
 def test_a_plain_generation_is_one_prefill_and_a_step_per_token(target):
     r = measure_generation(target, prompt(seed=1), SETTINGS)
-    assert set(r.phases) == {"prefill", "target_step", "overhead"}
+    assert set(r.phases) == {"prefill", "target_step", "overhead", "overhead_cpu"}
     assert r.phases["prefill"].calls == 1
+    # the host work in CPU time: a step each, and no more than the wall clock saw of it (a small slack
+    # for the two clocks' resolution)
+    assert r.phases["overhead_cpu"].calls == r.phases["overhead"].calls
+    assert r.phases["overhead_cpu"].total_ms <= r.phases["overhead"].total_ms * 1.05 + 1.0
     assert r.phases["target_step"].calls == r.new_tokens - 1 == r.target_forwards - 1
     passes = r.phases["target_step"].total_ms + r.phases["overhead"].total_ms
     assert passes == pytest.approx(r.decode_s * 1000, rel=1e-6)  # the decode phase, all of it
