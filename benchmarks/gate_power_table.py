@@ -177,19 +177,20 @@ def level_order(level: Level) -> tuple:
 
 
 def caught(row: dict, level: Level) -> bool:
-    """A planted level's gate called a regression, naming the planted phase where the slowdown is one
-    phase of an assisted step (issue 27: the message points at the code)."""
+    """A planted level's gate called a regression, naming one of the planted phases where the slowdown
+    is in part of an assisted step (issue 27: the message points at the code)."""
     if row["outcome"] != "regression":
         return False
-    phase = names_phase(level)
-    return phase is None or phase not in row.get("verdicts", {}) or row["verdicts"][phase] == "regression"
+    kept = [p for p in names_phase(level) if p in row.get("verdicts", {})]
+    return not kept or any(row["verdicts"][p] == "regression" for p in kept)
 
 
-def names_phase(level: Level) -> str | None:
-    """The phase a gate of this level should name: the one slowed where a plant slows one phase of an
-    assisted step (rows from before per-phase costs record no phase verdicts and are judged without)."""
+def names_phase(level: Level) -> tuple[str, ...]:
+    """The phases a gate of this level should name one of: those slowed where a plant slows part of an
+    assisted step (rows from before per-phase costs record no phase verdicts and are judged without;
+    rows from before a phase was gated are judged on those they have)."""
     into, fraction = level
-    return PHASE_OF[into] if fraction and into in ASSISTED_ONLY else None
+    return PHASE_OF[into] if fraction and into in ASSISTED_ONLY else ()
 
 
 def outcomes(gates: list[dict], level: Level, today: list[Replayed] | None = None) -> str:
@@ -197,10 +198,10 @@ def outcomes(gates: list[dict], level: Level, today: list[Replayed] | None = Non
     have stopped elsewhere (`today`, one per gate), how many and where."""
     counts = {o: sum(g["outcome"] == o for g in gates) for o in ("regression", "pass", "undecided")}
     text = ", ".join(f"{n} {o.upper()}" for o, n in counts.items() if n)
-    phase = names_phase(level)
-    recorded = [g for g in gates if g["outcome"] == "regression" and phase in g.get("verdicts", {})]
-    if phase and recorded:
-        text += f" ({sum(g['verdicts'][phase] == 'regression' for g in recorded)} naming `{phase}`)"
+    named = names_phase(level)
+    recorded = [g for g in gates if g["outcome"] == "regression" and any(p in g.get("verdicts", {}) for p in named)]
+    if recorded:
+        text += f" ({sum(caught(g, level) for g in recorded)} naming {' or '.join(f'`{p}`' for p in named)})"
     today = today or []
     later = sum(r.cut_short for r in today)
     if later:

@@ -12,7 +12,8 @@ the suspect asked for `--z` standard errors of evidence (ABSettings.suspect_z; 0
   candidate (the step's `overhead` and assisted tokens/s moved by it, plain untouched).
 
 It prints, per class, host condition and tolerance, each rule's share of glue gates that name
-`overhead`, their mean rounds and the unchanged gates' mean rounds and false alarms.
+`overhead` (or `overhead_cpu`, where the rounds carry it), their mean rounds and the unchanged
+gates' mean rounds and false alarms.
 
     python benchmarks/suspect_rule.py --trials 300 --z 0,1.5,2.5 \
         --files '*standin*' 'ab_power_avx512-bf16_duet-swap0.05_[qn]*'   # about 10 minutes
@@ -29,26 +30,32 @@ import sys
 import ab_power
 import gate_power_table as table
 from harness.perf.outcome import Outcome
+from harness.perf.plant import PHASE_OF
 from harness.perf.record import GATED_PHASES, METRICS
 
 SEED = 20261205
+GLUE = PHASE_OF["glue"]  # the wall-clock overhead, then the CPU one
 
 
-def step_ms(pool: list[dict]) -> tuple[float, float]:
-    """The unchanged arm's median overhead and median assisted step (draft steps, verification and
-    overhead), in ms per assisted step, over the pool's rounds."""
+def step_ms(pool: list[dict], overhead: str = "overhead") -> tuple[float, float]:
+    """The unchanged arm's median `overhead` (a phase of it) and median assisted step (draft steps,
+    verification and wall-clock overhead), in ms per assisted step, over the pool's rounds."""
     rounds = [p for row in pool for p in row["phases"]["base"] if p]
     per = lambda p, names: sum(p[n]["total_ms"] for n in names) / p["overhead"]["calls"]  # noqa: E731
-    return (statistics.median(per(p, ["overhead"]) for p in rounds),
+    return (statistics.median(per(p, [overhead]) for p in rounds if overhead in p),
             statistics.median(per(p, ["draft_step", "verify", "overhead"]) for p in rounds))
 
 
 def glue_shift(pool: list[dict], ms: float) -> dict[str, float]:
-    """ab_power.moved's factors for `ms` more host work in every assisted step."""
+    """ab_power.moved's factors for `ms` more host work (a spin) in every assisted step: on the wall
+    clock and, where the rounds carry it, in CPU time."""
     overhead, step = step_ms(pool)
     shift = {m: 1.0 for m in (*METRICS, *GATED_PHASES)}
     shift["overhead"] = overhead / (overhead + ms)
     shift["assisted_tokens_per_sec"] = shift["speedup"] = step / (step + ms)
+    if any(GLUE[1] in p for row in pool for p in row["phases"]["base"] if p):
+        cpu, _ = step_ms(pool, GLUE[1])
+        shift[GLUE[1]] = cpu / (cpu + ms)
     return shift
 
 
@@ -58,8 +65,7 @@ def gates(pool: list[dict], shift: dict[str, float], setup, trials: int) -> dict
     counts = {"regression": 0, "overhead": 0, "rounds": 0}
     for result in ab_power.resampled_gates(pool, shift, *setup, trials, random.Random(SEED)):
         counts["regression"] += result.outcome == Outcome.REGRESSION
-        overhead = result.decisions.get("overhead")
-        counts["overhead"] += overhead is not None and overhead.verdict == Outcome.REGRESSION
+        counts["overhead"] += any(result.decisions[p].verdict == Outcome.REGRESSION for p in GLUE if p in result.decisions)
         counts["rounds"] += result.rounds
     return {k: v / trials for k, v in counts.items()}
 

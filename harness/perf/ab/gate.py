@@ -282,14 +282,25 @@ class ABGate:
         return {m: paired.decide(m, r, design, at_cap=at_cap, cost=m in GATED_PHASES) for m, r in ratios.items()}
 
     def phase_note(self) -> str | None:
-        """One line naming the gated phases the arms could not compare, if any."""
+        """One line naming the gated phases the arms could not compare, if any, and why."""
         missing = [p for p in GATED_PHASES if p not in self.compared_phases()]
         if not missing:
             return None
         silent = [name for name, rounds in self.samples.items() if rounds and not all(r.phases for r in rounds)]
-        why = (f"the {' and '.join(silent)} arm's worker does not report phases (an older revision, or untimed: a GPU)"
-               if silent else "not every round has passes of them (a combination without a draft, or without plain steps)")
-        return f"phases not compared: {', '.join(missing)}: {why}; decided on what both arms report"
+        if silent:
+            why = f"the {' and '.join(silent)} arm's worker does not report phases (an older revision, or untimed: a GPU)"
+            return f"phases not compared: {', '.join(missing)}: {why}; decided on what both arms report"
+        has = {name: {p for p in missing if all(p in r.phases for r in rounds)} for name, rounds in self.samples.items()}
+        reasons = []
+        for name in self.samples:
+            older = [p for p in missing if p not in has[name] and any(p in h for h in has.values())]
+            if older:
+                reasons.append(f"{', '.join(older)}: the {name} arm's worker does not report them (an older revision)")
+        neither = [p for p in missing if not any(p in h for h in has.values())]
+        if neither:
+            reasons.append(f"{', '.join(neither)}: not in every round of either arm (a combination without a draft or "
+                           "without plain steps, or workers older than the phase)")
+        return f"phases not compared: {'; '.join(reasons)}; decided on what both arms report"
 
     def counter_differences(self) -> list[str]:
         if self.combo.decoding != "greedy":
