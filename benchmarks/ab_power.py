@@ -250,16 +250,17 @@ def shifts(done: list[dict], level: tuple[str, float]) -> dict[str, float] | Non
     if into == "target":
         slower = 1 / (1 + fraction)
         return {"plain_tokens_per_sec": slower, "assisted_tokens_per_sec": slower, "speedup": 1.0,
-                phases.TARGET_STEP: slower, phases.VERIFY: slower, phases.DRAFT_STEP: 1.0, phases.OVERHEAD: 1.0}
+                phases.TARGET_STEP: slower, phases.VERIFY: slower, phases.DRAFT_STEP: 1.0, phases.OVERHEAD: 1.0,
+                phases.OVERHEAD_CPU: 1.0}
     return None
 
 
 def moved(r: Round, shift: dict[str, float]) -> Round:
     """A candidate round moved by `shift`: each metric times its factor, each gated phase's cost
-    divided by its factor; without phases where `shift` does not say how every gated phase moved
-    (the resampled gate then decides on the metrics alone, as against an older worker)."""
+    divided by its factor; without phases where `shift` does not say how every gated phase the round
+    has moved (the resampled gate then decides on the metrics alone, as against an older worker)."""
     kept = None
-    if r.phases is not None and all(p in shift for p in GATED_PHASES):
+    if r.phases is not None and all(p in shift for p in GATED_PHASES if p in r.phases):
         kept = {name: cost if name not in GATED_PHASES else
                 phases.PhaseCost(cost.calls, *(v / shift[name] for v in (cost.total_ms, cost.median_ms, cost.low_ms)))
                 for name, cost in r.phases.items()}

@@ -17,8 +17,8 @@ Phases (one home for their names; the decode phase is everything after the targe
                  the decode steps and its median and 10th percentile are those of the steps.
   overhead_cpu   the same host work in the generating thread's CPU time (time.thread_time):
                  what a neighbour's burst that takes the core between two passes does not
-                 inflate, since the thread does not run then. Recorded, not gated: its A/A
-                 spread beside the wall-clock overhead's is in docs/perf-gate.md. The time after
+                 inflate, since the thread does not run then; gated beside the wall-clock
+                 overhead (harness/perf/record.py GATED_PHASES, docs/perf-gate.md). The time after
                  the last target pass is not in it (no CPU reading at the end of the call).
 
 The accounting: the decode phase costs sum(calls x median) over the passes' phases plus the
@@ -176,8 +176,9 @@ def step_overheads_ms(decode: Sequence[Call], decode_start: float, decode_end: f
     """The host's work in each decode step: a step ends with its target pass (a plain step's, or an
     assisted step's verification), and its overhead is its wall time outside the passes in it. The
     time after the last target pass joins the last step, so the steps' sum is the decode phase's
-    wall time outside every pass. One figure per step, so that a step a neighbour's burst
-    interrupted stays one step of many (its median and 10th percentile ignore it; the mean does not)."""
+    wall time outside every pass. One figure per step, so the steps' median and 10th percentile are
+    kept beside their mean (the gate reads the mean: the steps of a prompt differ by design,
+    docs/perf-gate.md)."""
     steps: list[float] = []
     begun, inside = decode_start, 0.0
     for c in decode:

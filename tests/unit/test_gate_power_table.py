@@ -391,3 +391,20 @@ def test_the_stopping_rule_names_the_code_that_decides(gpt):
         "2026-12-02: a tokens/s regression waits while a phase is a suspect (its estimate beyond T/2)", "a0ee21b6837ab50b"), \
         ("the gate's deciding code changed: give harness/perf/ab/gate.py STOPPING_RULE a new name, set both here, and run "
          "python benchmarks/gate_power_table.py --resample --write")
+
+
+def test_a_level_measured_before_a_phase_was_gated_still_moves_rounds_that_lack_it(gpt):
+    """ab_power.moved: a shift that does not say how `overhead_cpu` moved (a level's gates from
+    before it was gated) moves the phases of rounds that lack it too; rounds that carry it lose their
+    phases rather than keep one unmoved."""
+    from harness.measure.phases import PhaseCost
+    from harness.perf.record import Round
+    cost = PhaseCost(10, 100.0, 10.0, 9.0)
+    old = Round(10.0, 20.0, 2.0, {}, phases={p: cost for p in ("target_step", "verify", "draft_step", "overhead")})
+    new = Round(10.0, 20.0, 2.0, {}, phases={**old.phases, "overhead_cpu": cost})
+    shift = {"speedup": 1.0, "assisted_tokens_per_sec": 0.9, "plain_tokens_per_sec": 1.0, "target_step": 1.0,
+             "verify": 1.0, "draft_step": 0.5, "overhead": 1.0}
+    moved = gpt.ab_power.moved(old, shift)
+    assert moved.phases["draft_step"].total_ms == 200.0 and moved.assisted_tokens_per_sec == 18.0
+    assert gpt.ab_power.moved(new, shift).phases is None
+    assert gpt.ab_power.moved(new, {**shift, "overhead_cpu": 1.0}).phases["draft_step"].median_ms == 20.0
