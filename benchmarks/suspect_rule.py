@@ -103,11 +103,10 @@ def main(argv=None) -> int:
         print(f"[{n}/{len(setups)}] {group.cpu_class} {group.condition} {group.tolerance:.0%} "
               f"({sum(r['rounds'] for r in pool)} A/A rounds):", file=sys.stderr, flush=True)
         combo, settings, ab = table.replay_setup(group)
-        cells = []
+        cells, planted, unchanged = [], glue_shift(pool, args.glue_ms), {m: 1.0 for m in (*METRICS, *GATED_PHASES)}
         for z in args.z:
             setup = (combo, settings, dataclasses.replace(ab, suspect_z=z))
-            glue = gates(pool, glue_shift(pool, args.glue_ms), setup, args.trials)
-            aa = gates(pool, {m: 1.0 for m in (*METRICS, *GATED_PHASES)}, setup, args.trials)
+            glue, aa = gates(pool, planted, setup, args.trials), gates(pool, unchanged, setup, args.trials)
             cells.append(f"z {z:g}: {glue['overhead']:.1%} / {glue['rounds']:.1f} | {aa['regression']:.1%} / {aa['rounds']:.1f}")
         print(f"{group.cpu_class:12} {group.condition:6} {group.tolerance:4.0%} {table.short(group.file)}\n  "
               + "\n  ".join(cells), flush=True)

@@ -148,10 +148,12 @@ def split(calls: Iterable[Call], decode_start: float, decode_end: float) -> dict
     ms: dict[str, list[float]] = {}
     first: set[str] = set()
     decode: list[Call] = []
+    prefill: Call | None = None
     for c in sorted(calls, key=lambda c: c.start):
         if c.model not in first:
             first.add(c.model)
             phase = PREFILL if c.model == "target" else DRAFT_PREFILL
+            prefill = c if phase == PREFILL else prefill
         elif c.start < decode_start:
             continue  # the draft's first K tokens: part of the prefill phase, not a decode step
         elif c.model == "target":
@@ -165,7 +167,6 @@ def split(calls: Iterable[Call], decode_start: float, decode_end: float) -> dict
     per_step = step_overheads_ms(decode, decode_start, decode_end)
     if per_step:
         out[OVERHEAD] = PhaseCost.of(per_step)
-    prefill = next((c for c in calls if c.model == "target" and c.start < decode_start), None)
     per_step_cpu = step_cpu_overheads_ms(decode, prefill)
     if per_step_cpu:
         out[OVERHEAD_CPU] = PhaseCost.of(per_step_cpu)

@@ -189,13 +189,8 @@ def test_a_noisy_phase_reading_slower_by_chance_holds_an_unchanged_gate_open_as_
     assert asking_evidence.outcome == Outcome.PASS and asking_evidence.rounds == 8, asking_evidence.message()
     first = run(candidate[:8])  # the first look alone: the recording ends there
     assert first.decisions["overhead"].verdict == Outcome.UNDECIDED and first.decisions["overhead"].change < -0.025
-
-    def glue_ms(r: Round, ms: float) -> Round:
-        c = r.phases["overhead"]
-        per = c.total_ms / c.calls + ms
-        return dataclasses.replace(r, phases={**r.phases, "overhead": PhaseCost(c.calls, per * c.calls, per, per)})
-    planted = run([glue_ms(r, 5.0) for r in candidate])  # issue 27's glue level
-    planted_first = run([glue_ms(r, 5.0) for r in candidate[:8]]).decisions["overhead"]
+    planted = run(glue(5.0, candidate))  # issue 27's glue level
+    planted_first = run(glue(5.0, candidate[:8])).decisions["overhead"]
     assert planted_first.verdict == Outcome.UNDECIDED and planted_first.change < -0.025  # a suspect, as unplanted
     assert planted.outcome == Outcome.REGRESSION and planted.rounds > 8, planted.message()
     assert planted.decisions["overhead"].verdict == Outcome.REGRESSION
