@@ -43,6 +43,10 @@ from harness.machine.predict import StepCosts
 PREFILL, DRAFT_PREFILL = "prefill", "draft_prefill"
 TARGET_STEP, VERIFY, DRAFT_STEP, OVERHEAD = "target_step", "verify", "draft_step", "overhead"
 OVERHEAD_CPU = "overhead_cpu"
+# A wall-clock phase's twin measured in the thread's CPU time: the same work, without the time a
+# neighbour held the core. Where both arms report the twin, it is the one the gate waits on
+# (harness/perf/ab/gate.py `suspects`).
+CPU_TIME_OF = {OVERHEAD: OVERHEAD_CPU}
 PASSES = (PREFILL, DRAFT_PREFILL, TARGET_STEP, VERIFY, DRAFT_STEP)
 DECODE_PASSES = (TARGET_STEP, VERIFY, DRAFT_STEP)
 PHASES = PASSES + (OVERHEAD, OVERHEAD_CPU)

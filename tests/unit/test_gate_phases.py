@@ -152,6 +152,43 @@ def test_a_phase_fails_the_gate_but_never_makes_it_undecided_and_holds_it_open_o
     assert Outcome.REGRESSION in gating(decisions) and _settled(decisions)
 
 
+def test_the_wall_clock_overhead_holds_the_gate_as_a_suspect_only_where_its_cpu_time_is_not_compared():
+    """A neighbour holding the core between passes inflates the wall-clock overhead alone: where both
+    arms report `overhead_cpu`, that one decides whether host work grew, and a wall-clock overhead
+    beyond the threshold but not significant no longer keeps the gate looking. Significant, it still
+    fails the gate; a base older than `overhead_cpu` leaves it a suspect as before."""
+    from harness.perf.ab.gate import _settled, suspects
+    from harness.perf.ab.paired import PairedDecision
+
+    def d(metric: str, verdict: Outcome, change: float = 0.0) -> PairedDecision:
+        return PairedDecision(metric, verdict, change, 0.9, 1.1, 0.97, 8, 0.1, 0.001, 0.01, cost=metric in GATED_PHASES)
+    decisions = {**{m: d(m, Outcome.PASS) for m in METRICS}, "overhead": d("overhead", Outcome.INCONCLUSIVE, -0.07)}
+    assert suspects(decisions) == ["overhead"] and not _settled(decisions)  # a base older than overhead_cpu
+    decisions["overhead_cpu"] = d("overhead_cpu", Outcome.PASS, 0.01)
+    assert suspects(decisions) == [] and _settled(decisions)
+    decisions["overhead_cpu"] = d("overhead_cpu", Outcome.INCONCLUSIVE, -0.06)  # host work grew: its CPU time says so
+    assert suspects(decisions) == ["overhead_cpu"] and not _settled(decisions)
+    decisions["overhead_cpu"] = d("overhead_cpu", Outcome.PASS, 0.01)
+    decisions["overhead"] = d("overhead", Outcome.REGRESSION, -0.12)  # host work that waits without running
+    assert _settled(decisions) and Outcome.REGRESSION in gating(decisions)
+
+
+def test_an_unchanged_gate_under_the_neighbour_is_no_longer_held_by_a_chance_wall_clock_suspect():
+    """The kept real A/A gate on avx2 under the noisy neighbour whose rounds carry `overhead_cpu`: it
+    ran to 24 rounds (10.1 minutes) because the wall-clock overhead read 3-6% slower by chance while
+    `overhead_cpu` passed. Replayed under today's rule it passes at the first look, the wall-clock
+    overhead a suspect that no longer holds it."""
+    row = next(r for r in map(json.loads, NOISY.read_text().splitlines())
+               if r["level"] == 0 and r["tolerance"] == 0.10 and r["phases"] and "overhead_cpu" in r["phases"]["base"][0])
+    assert row["rounds"] == 24 and row["outcome"] == "pass"
+    base, candidate = power_row_rounds(row, "base"), power_row_rounds(row, "candidate")
+    result = gate(candidate, base=base)
+    assert result.outcome == Outcome.PASS and result.rounds == 8, result.message()
+    overhead = result.decisions["overhead"]
+    assert overhead.verdict == Outcome.INCONCLUSIVE and overhead.change < -0.05, overhead
+    assert result.decisions["overhead_cpu"].verdict == Outcome.PASS
+
+
 def test_a_tokens_per_second_regression_keeps_the_gate_looking_until_its_suspect_phase_is_named_and_its_call_stands():
     """The speedup regresses at the first look while the draft step, about 9% slower, is still too
     noisy to be significant (it reads 2% and 16% in turn): the gate looks again to name the phase.

@@ -379,16 +379,18 @@ def test_the_stopping_rule_names_the_code_that_decides(gpt):
     import hashlib
     import inspect
 
+    from harness.measure import phases
     from harness.perf.ab import gate, paired
-    parts = []
-    for fn in (gate.suspect, gate._settled, gate.standing, gate.gating, paired.decide):
+    parts = [repr(sorted(phases.CPU_TIME_OF.items()))]
+    for fn in (gate.suspect, gate.suspects, gate._settled, gate.standing, gate.gating, paired.decide):
         node = ast.parse(inspect.getsource(fn)).body[0]
         if ast.get_docstring(node):
             node.body = node.body[1:]
         parts.append(ast.dump(node, annotate_fields=False))
     code = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     assert (gpt.STOPPING_RULE, code) == (
-        "2026-12-02: a tokens/s regression waits while a phase is a suspect (its estimate beyond T/2)", "a0ee21b6837ab50b"), \
+        "2026-12-05: a tokens/s regression waits while a phase is a suspect (its estimate beyond T/2), the wall-clock "
+        "overhead not where its CPU time is compared", "fa793f166242ffcf"), \
         ("the gate's deciding code changed: give harness/perf/ab/gate.py STOPPING_RULE a new name, set both here, and run "
          "python benchmarks/gate_power_table.py --resample --write")
 
