@@ -14,6 +14,7 @@ import pytest
 
 from harness.measure.phases import PhaseCost
 from harness.perf.ab.gate import ABSettings, gating
+from harness.perf.ab.paired import PairedDecision
 from harness.perf.combinations import PerfSettings
 from harness.perf.outcome import Outcome
 from harness.perf.record import GATED_PHASES, METRICS, Round
@@ -65,6 +66,11 @@ def glue(ms: float, rounds: list[Round] | None = None) -> list[Round]:
         return dataclasses.replace(r, phases={p: more(c) if p in ("overhead", "overhead_cpu") else c
                                               for p, c in r.phases.items()})
     return [one(r) for r in (AA.rounds if rounds is None else rounds)]
+
+
+def decision(metric: str, verdict: Outcome, change: float = 0.0) -> PairedDecision:
+    """A metric's decision after 8 rounds at tolerance 10%, with the verdict and change given."""
+    return PairedDecision(metric, verdict, change, 0.9, 1.1, 0.97, 8, 0.1, 0.001, 0.01, cost=metric in GATED_PHASES)
 
 
 def test_unchanged_code_passes_with_every_phase_both_arms_report_and_names_the_one_they_predate():
@@ -136,19 +142,16 @@ def test_a_phase_fails_the_gate_but_never_makes_it_undecided_and_holds_it_open_o
     """Phases can fail the gate; one that is merely unsettled leaves the outcome to tokens/s, and
     keeps the gate looking only while its estimate is beyond the threshold."""
     from harness.perf.ab.gate import _settled
-    from harness.perf.ab.paired import PairedDecision
 
-    def d(metric: str, verdict: Outcome, change: float = 0.0) -> PairedDecision:
-        return PairedDecision(metric, verdict, change, 0.9, 1.1, 0.97, 8, 0.1, 0.001, 0.01, cost=metric in GATED_PHASES)
-    decisions = {**{m: d(m, Outcome.PASS) for m in METRICS}, "overhead": d("overhead", Outcome.UNDECIDED),
-                 "verify": d("verify", Outcome.IMPROVEMENT), "target_step": d("target_step", Outcome.INCONCLUSIVE, -0.02)}
+    decisions = {**{m: decision(m, Outcome.PASS) for m in METRICS}, "overhead": decision("overhead", Outcome.UNDECIDED),
+                 "verify": decision("verify", Outcome.IMPROVEMENT), "target_step": decision("target_step", Outcome.INCONCLUSIVE, -0.02)}
     assert gating(decisions) == [Outcome.PASS] * len(METRICS)
     assert _settled(decisions)  # an inconclusive phase within the threshold does not hold the gate
-    decisions["target_step"] = d("target_step", Outcome.INCONCLUSIVE, -0.07)  # 7.5% slower so far
+    decisions["target_step"] = decision("target_step", Outcome.INCONCLUSIVE, -0.07)  # 7.5% slower so far
     assert not _settled(decisions)
-    decisions["speedup"] = d("speedup", Outcome.REGRESSION, -0.06)
+    decisions["speedup"] = decision("speedup", Outcome.REGRESSION, -0.06)
     assert not _settled(decisions)  # tokens/s regressed: looking on only to name the suspect phase
-    decisions["draft_step"] = d("draft_step", Outcome.REGRESSION, -0.1)
+    decisions["draft_step"] = decision("draft_step", Outcome.REGRESSION, -0.1)
     assert Outcome.REGRESSION in gating(decisions) and _settled(decisions)
 
 
@@ -158,18 +161,15 @@ def test_the_wall_clock_overhead_holds_the_gate_as_a_suspect_only_where_its_cpu_
     beyond the threshold but not significant no longer keeps the gate looking. Significant, it still
     fails the gate; a base older than `overhead_cpu` leaves it a suspect as before."""
     from harness.perf.ab.gate import _settled, suspects
-    from harness.perf.ab.paired import PairedDecision
 
-    def d(metric: str, verdict: Outcome, change: float = 0.0) -> PairedDecision:
-        return PairedDecision(metric, verdict, change, 0.9, 1.1, 0.97, 8, 0.1, 0.001, 0.01, cost=metric in GATED_PHASES)
-    decisions = {**{m: d(m, Outcome.PASS) for m in METRICS}, "overhead": d("overhead", Outcome.INCONCLUSIVE, -0.07)}
+    decisions = {**{m: decision(m, Outcome.PASS) for m in METRICS}, "overhead": decision("overhead", Outcome.INCONCLUSIVE, -0.07)}
     assert suspects(decisions) == ["overhead"] and not _settled(decisions)  # a base older than overhead_cpu
-    decisions["overhead_cpu"] = d("overhead_cpu", Outcome.PASS, 0.01)
+    decisions["overhead_cpu"] = decision("overhead_cpu", Outcome.PASS, 0.01)
     assert suspects(decisions) == [] and _settled(decisions)
-    decisions["overhead_cpu"] = d("overhead_cpu", Outcome.INCONCLUSIVE, -0.06)  # host work grew: its CPU time says so
+    decisions["overhead_cpu"] = decision("overhead_cpu", Outcome.INCONCLUSIVE, -0.06)  # host work grew: its CPU time says so
     assert suspects(decisions) == ["overhead_cpu"] and not _settled(decisions)
-    decisions["overhead_cpu"] = d("overhead_cpu", Outcome.PASS, 0.01)
-    decisions["overhead"] = d("overhead", Outcome.REGRESSION, -0.12)  # host work that waits without running
+    decisions["overhead_cpu"] = decision("overhead_cpu", Outcome.PASS, 0.01)
+    decisions["overhead"] = decision("overhead", Outcome.REGRESSION, -0.12)  # host work that waits without running
     assert _settled(decisions) and Outcome.REGRESSION in gating(decisions)
 
 
