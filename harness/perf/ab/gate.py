@@ -36,7 +36,7 @@ from harness.perf.record import GATED_PHASES, METRICS, Round
 log = logging.getLogger(__name__)
 
 MAX_REDOS_PER_ROUND = 3
-# Names the rule by which the gate stops and decides (`_settled`, `suspect`, `standing`,
+# Names the rule by which the gate stops and decides (`_settled`, `suspect`, `suspects`, `standing`,
 # harness/perf/ab/paired.py): rates resampled from recorded rounds under another rule are stale
 # (benchmarks/gate_power_table.py). Change it with the rule.
 STOPPING_RULE = ("2026-12-05: a tokens/s regression waits while a phase is a suspect (its estimate beyond T/2), "
