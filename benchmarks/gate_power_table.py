@@ -55,8 +55,10 @@ NOISY = "python benchmarks/noisy_host.py --duty 0.3 --burst-ms 200 -- "  # make 
 GATES, CAUGHT, ENV_GATES, ENV_CAUGHT = 20, 19, 10, 9
 MINUTES, MINUTES_AT_5 = 5.0, 10.0
 # Issue 27's glue: 5 ms added to each assisted step. A glue level is a fraction of the verification
-# pass (harness/perf/plant.py), so its ms depend on the class and setup: a level planting at least
-# SIZED of that (the pass time moves between gates) is the target's; a smaller one is kept without.
+# pass (harness/perf/plant.py), so the ms it plants follow the host's speed, which moves from day to
+# day: a level whose own gates planted at least SIZED of that is the target's; a smaller one holds it
+# only by meeting it (a smaller slowdown caught shows the larger one would be), and is kept without
+# a target once it misses. New levels are sized by the pass of a file's latest GATES gates.
 GLUE_MS, SIZED = 5.0, 0.95
 MAX_RESAMPLED_FALSE_ALARMS = 0.01
 # A file named after another with this suffix holds levels of it measured again after the gate changed.
@@ -155,6 +157,13 @@ def verify_ms(gates: Iterable[dict]) -> float | None:
     times = [phases["verify"]["median_ms"] for g in gates for phases in (g.get("phases") or {}).get("base", [])
              if phases and "verify" in phases]
     return statistics.median(times) if times else None
+
+
+def latest_pass(gates: Iterable[dict]) -> float | None:
+    """The median verification pass (ms) of the latest GATES of these gates (in the order kept) that
+    timed one: the pass a new glue level is sized by, as close to the host's speed today as the gates go."""
+    timed = [g for g in gates if verify_ms([g]) is not None]
+    return verify_ms(timed[-GATES:])
 
 
 def glue_ms(level: Level, verify: float | None) -> float | None:
@@ -334,13 +343,19 @@ class Target:
 
     def holds(self, level: Level, verify: float | None) -> bool:
         """The level is this target's: its place and fraction or, sized per class, a fraction of the
-        verification pass (`verify`: its ms in the level's group) that plants at least SIZED of `ms`."""
+        verification pass (`verify`: its ms in the level's own gates) that plants at least SIZED of `ms`."""
         into, fraction = level
         if into != self.into:
             return False
         if self.fraction is not None:
             return fraction == self.fraction
         return (glue_ms(level, verify) or 0.0) >= SIZED * self.ms
+
+    def under(self, level: Level, verify: float | None) -> bool:
+        """The level is of this target's place but, sized per class, plants less than SIZED of `ms`: it
+        holds the target only by meeting it."""
+        return (self.fraction is None and level[0] == self.into and bool(level[1])
+                and glue_ms(level, verify) is not None and not self.holds(level, verify))
 
     def level(self, verify: float | None) -> Level | None:
         """The level new gates of this target plant: its fraction, or the smallest in steps of 0.1% that
@@ -409,7 +424,7 @@ def glance(cells: dict[tuple[str, str, Target], list[tuple[Group, Level, str]]],
     """Where each class's merge gate stands against each target: today's setup's status, else that of the
     earlier setup closest to it, marked with a letter the legend under the table names, else '-'. `cells`:
     (class, condition, target) -> the judged rows (group, level, target status) that hold it; where
-    several of today's do (two glue sizes), each is named by its level."""
+    several of today's do (two glue sizes), each is named by its level, unless one meets the target."""
     letters: dict[str, str] = {}  # an earlier setup's name -> its mark, in order of first use
     lines = ["| class | condition | " + " | ".join(t.title for t in TARGETS) + " |",
              "|---|---|" + "---|" * len(TARGETS)]
@@ -421,6 +436,7 @@ def glance(cells: dict[tuple[str, str, Target], list[tuple[Group, Level, str]]],
             for t in TARGETS:
                 held = cells.get((cpu_class, condition, t), [])
                 today = [(level, status) for g, level, status in held if todays_setup(g)]
+                today = [entry for entry in today if entry[1].startswith("met")][:1] or today  # one level meets it
                 if len(today) == 1:
                     row.append(today[0][1])
                 elif today:
@@ -458,7 +474,8 @@ Wanted = dict[Group, dict[Target, list[Level]]]  # where gates go -> targets -> 
 @dataclass(frozen=True)
 class Kept:
     """The kept gates by group, with what judging them needs: the groups of the combination their class
-    gates today, the default looks and each group's verification pass (ms)."""
+    gates today, the default looks and each group's verification pass now (ms, latest_pass: what a new
+    glue level there is sized by)."""
     rows: list[tuple[str, dict]]
     groups: dict[Group, dict[Level, list[dict]]]
     current: frozenset[Group]
@@ -470,8 +487,10 @@ class Kept:
         groups = grouped(rows, default_looks)
         today = todays_combinations({g.pair for g in groups})
         current = frozenset(g for g in groups if today.get((g.cpu_class, g.pair)) == g.combination)
-        verify = {g: verify_ms(gate for gates in levels.values() for gate in gates) for g, levels in groups.items()}
-        return cls(rows, groups, current, default_looks, verify)
+        in_order: dict[Group, list[dict]] = {}  # each group's gates in the order kept
+        for file, row in rows:
+            in_order.setdefault(group_of(file, row, default_looks), []).append(row)
+        return cls(rows, groups, current, default_looks, {g: latest_pass(in_order[g]) for g in groups})
 
     def judged(self, g: Group) -> bool:
         return g in self.current and g.condition in CONDITIONS and g.looks == self.default_looks
@@ -489,16 +508,17 @@ class Kept:
 
     def sized_by(self, to: Group, t: Target) -> float | None:
         """The verification pass (ms) a level sized per class is sized by where it goes to `to`: that of
-        `to`'s gates or, with none yet, of the gates of the setup closest to today's among the class and
-        condition's files of planted code (not across environments) at the target's tolerance."""
+        `to`'s latest gates or, with none yet, of the latest gates of the setup closest to today's among
+        the class and condition's files of planted code (not across environments) at the target's tolerance."""
         if self.verify.get(to):
             return self.verify[to]
         near = [g for g in self.groups if self.judged(g) and self.verify[g] and g.tolerance == t.tolerance
                 and (g.cpu_class, g.condition) == (to.cpu_class, to.condition)
                 and not any(into == ab_power.ENV for into, _ in self.groups[g])]
-        best = max(map(closeness, near), default=None)
-        return verify_ms(gate for g in near if closeness(g) == best for gates in self.groups[g].values()
-                         for gate in gates) if near else None
+        if not near:
+            return None
+        best = {g for g in near if closeness(g) == max(map(closeness, near))}
+        return latest_pass([row for file, row in self.rows if group_of(file, row, self.default_looks) in best])
 
 
 def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
@@ -509,8 +529,9 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
     lines = ["| class | combination | condition | tolerance | level | gates | outcomes | decided at round (gates) "
              "| minutes a gate: mean (range) | target | resampled A/A: regression, UNDECIDED, rounds | data |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    met: dict[tuple[Group, Target], Level] = {}  # a group's own level that meets a target there
     for group in sorted(kept.groups, key=kept.order):
-        judged, verify = kept.judged(group), kept.verify[group]
+        judged = kept.judged(group)
         combo = group.combination.split(":", 1)[1].replace(":cpu:", ":") + (" (today's)" if group in kept.current else "")
         looks = ("" if group.looks == kept.default_looks
                  else f", looks {group.looks[0]}+{group.looks[1]} to {group.looks[2]}")
@@ -522,23 +543,31 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
             pool = aa_pool(kept.rows, group, kept.default_looks) if level == AA else []
             cell = resampled_cell(group, pool, resampled) if pool else ""
             again = measured_again(group, level, kept.groups)
-            held = [t for t in set_here if t.holds(level, verify)] if judged and not again else []
+            verify = verify_ms(gates)  # a glue level plants its fraction of its own gates' pass
             ms = glue_ms(level, verify)
-            undersized = ms is not None and any(t.into == "glue" for t in set_here)
+            held = [t for t in set_here if t.holds(level, verify) or t.under(level, verify)] if judged and not again else []
             status = ("-" if not judged else f"measured again: {short(again.file)}" if again
                       else target(group, level, [as_today(g, t) for g, t in zip(gates, today or [None] * len(gates))],
-                                  fresh(group, pool, resampled)) if held
-                      else f"no target: under {GLUE_MS:g} ms a step" if undersized else "-")
+                                  fresh(group, pool, resampled)) if held else "-")
+            if any(t.under(level, verify) for t in held):
+                if status.startswith("missed"):  # a smaller slowdown missed says nothing of the target's
+                    held, status = [], f"no target: under {GLUE_MS:g} ms a step ({status})"
+                else:
+                    status += f" at {ms:.1f} ms a step" if status == "met" else ""
             for t in held:
                 cells.setdefault((group.cpu_class, group.condition, t), []).append((group, level, status))
                 to = resumed(group)
                 own = wanted.setdefault(to, {}).setdefault(t, [])
                 if to == group and level not in own:
                     own.append(level)
+                if to == group and status.startswith("met"):
+                    met.setdefault((group, t), level)
             name = level_name(level) + (f" ({ms:.1f} ms a step)" if ms is not None else "")
             lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
                          f"| {name} | {len(gates)} | {outcomes(gates, level, today)} | {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
+    for (group, t), level in met.items():  # a target met there adds no gates of its other levels
+        wanted[group][t] = [level]
     return lines, cells, wanted
 
 
@@ -584,7 +613,8 @@ def render(rows: list[tuple[str, dict]], resampled: dict, default_looks: tuple[i
              "target yet, the earlier setup closest to it that has, marked with a letter; '-' where none has. Each cell "
              "is the target column of the row (or, naming their levels, rows) of the table under it that hold the "
              "target; each row names its data file. A glue level is a fraction of the verification pass, so it holds "
-             f"the {GLUE_MS:g} ms target where it plants at least {SIZED:.0%} of it there.")
+             f"the {GLUE_MS:g} ms target where its gates planted at least {SIZED:.0%} of it, and a level that planted "
+             "less holds it only by meeting it ('met at' its ms: a smaller slowdown caught shows the larger one would be).")
     how = ("The commands that bring each target to its gates: the levels of the rows with a target, in their own file "
            "where `ab_power.py` still adds to it, else in today's setup's, and of the targets without gates, in today's "
            "setup's; a level that has its gates runs none (`--gates 0 --trials 2000` prints the rates again):")
