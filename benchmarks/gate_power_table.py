@@ -297,6 +297,15 @@ def target(group: Group, level: Level, gates: list[dict], resampled: dict | None
     return "met" if n >= need else f"{n} of {need} so far"
 
 
+def meets(status: str) -> bool:
+    """A target column's status says the row meets its target ('met', 'met at 3.5 ms a step')."""
+    return status == "met" or status.startswith("met at ")
+
+
+def missed(status: str) -> bool:
+    return status.startswith("missed")
+
+
 def fresh(group: Group, pool: list[dict], resampled: dict) -> dict | None:
     """The group's kept resampled rates, if they were made from these A/A rounds under today's stopping rule."""
     entry = resampled.get(group.key)
@@ -424,7 +433,8 @@ def glance(cells: dict[tuple[str, str, Target], list[tuple[Group, Level, str]]],
     """Where each class's merge gate stands against each target: today's setup's status, else that of the
     earlier setup closest to it, marked with a letter the legend under the table names, else '-'. `cells`:
     (class, condition, target) -> the judged rows (group, level, target status) that hold it; where
-    several of today's do (two glue sizes), each is named by its level, unless one meets the target."""
+    several of today's do (two glue sizes), each is named by its level, unless one meets the target and
+    none missed it."""
     letters: dict[str, str] = {}  # an earlier setup's name -> its mark, in order of first use
     lines = ["| class | condition | " + " | ".join(t.title for t in TARGETS) + " |",
              "|---|---|" + "---|" * len(TARGETS)]
@@ -436,7 +446,8 @@ def glance(cells: dict[tuple[str, str, Target], list[tuple[Group, Level, str]]],
             for t in TARGETS:
                 held = cells.get((cpu_class, condition, t), [])
                 today = [(level, status) for g, level, status in held if todays_setup(g)]
-                today = [entry for entry in today if entry[1].startswith("met")][:1] or today  # one level meets it
+                if not any(missed(status) for _, status in today):  # a level that meets it stands for it alone
+                    today = [entry for entry in today if meets(entry[1])][:1] or today
                 if len(today) == 1:
                     row.append(today[0][1])
                 elif today:
@@ -474,23 +485,22 @@ Wanted = dict[Group, dict[Target, list[Level]]]  # where gates go -> targets -> 
 @dataclass(frozen=True)
 class Kept:
     """The kept gates by group, with what judging them needs: the groups of the combination their class
-    gates today, the default looks and each group's verification pass now (ms, latest_pass: what a new
-    glue level there is sized by)."""
+    gates today, the default looks and each group's gates in the order kept (file by file, line by line)."""
     rows: list[tuple[str, dict]]
     groups: dict[Group, dict[Level, list[dict]]]
     current: frozenset[Group]
     default_looks: tuple[int, int, int]
-    verify: dict[Group, float | None]
+    in_order: dict[Group, list[dict]]
 
     @classmethod
     def of(cls, rows: list[tuple[str, dict]], default_looks: tuple[int, int, int]) -> Kept:
         groups = grouped(rows, default_looks)
         today = todays_combinations({g.pair for g in groups})
         current = frozenset(g for g in groups if today.get((g.cpu_class, g.pair)) == g.combination)
-        in_order: dict[Group, list[dict]] = {}  # each group's gates in the order kept
+        in_order: dict[Group, list[dict]] = {}
         for file, row in rows:
             in_order.setdefault(group_of(file, row, default_looks), []).append(row)
-        return cls(rows, groups, current, default_looks, {g: latest_pass(in_order[g]) for g in groups})
+        return cls(rows, groups, current, default_looks, in_order)
 
     def judged(self, g: Group) -> bool:
         return g in self.current and g.condition in CONDITIONS and g.looks == self.default_looks
@@ -508,17 +518,20 @@ class Kept:
 
     def sized_by(self, to: Group, t: Target) -> float | None:
         """The verification pass (ms) a level sized per class is sized by where it goes to `to`: that of
-        `to`'s latest gates or, with none yet, of the latest gates of the setup closest to today's among
-        the class and condition's files of planted code (not across environments) at the target's tolerance."""
-        if self.verify.get(to):
-            return self.verify[to]
-        near = [g for g in self.groups if self.judged(g) and self.verify[g] and g.tolerance == t.tolerance
+        `to`'s latest gates (latest_pass) or, with none yet, of the latest gates of the setup closest to
+        today's among the class and condition's files of planted code (not across environments) at the
+        target's tolerance, file by file in name order (rows carry no time)."""
+        here = latest_pass(self.in_order.get(to, []))
+        if here:
+            return here
+        near = [g for g in self.groups if self.judged(g) and latest_pass(self.in_order[g]) and g.tolerance == t.tolerance
                 and (g.cpu_class, g.condition) == (to.cpu_class, to.condition)
                 and not any(into == ab_power.ENV for into, _ in self.groups[g])]
         if not near:
             return None
-        best = {g for g in near if closeness(g) == max(map(closeness, near))}
-        return latest_pass([row for file, row in self.rows if group_of(file, row, self.default_looks) in best])
+        best = max(map(closeness, near))
+        return latest_pass([row for g in sorted(near, key=lambda g: g.file) if closeness(g) == best
+                            for row in self.in_order[g]])
 
 
 def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
@@ -530,6 +543,7 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
              "| minutes a gate: mean (range) | target | resampled A/A: regression, UNDECIDED, rounds | data |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     met: dict[tuple[Group, Target], Level] = {}  # a group's own level that meets a target there
+    ended: dict[tuple[Group, Target], list[str]] = {}  # the statuses of a group's own levels that met or missed it
     for group in sorted(kept.groups, key=kept.order):
         judged = kept.judged(group)
         combo = group.combination.split(":", 1)[1].replace(":cpu:", ":") + (" (today's)" if group in kept.current else "")
@@ -545,29 +559,32 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
             again = measured_again(group, level, kept.groups)
             verify = verify_ms(gates)  # a glue level plants its fraction of its own gates' pass
             ms = glue_ms(level, verify)
-            held = [t for t in set_here if t.holds(level, verify) or t.under(level, verify)] if judged and not again else []
+            under = [t for t in set_here if t.under(level, verify)] if judged and not again else []
+            held = [t for t in set_here if t.holds(level, verify)] + under if judged and not again else []
             status = ("-" if not judged else f"measured again: {short(again.file)}" if again
                       else target(group, level, [as_today(g, t) for g, t in zip(gates, today or [None] * len(gates))],
                                   fresh(group, pool, resampled)) if held else "-")
-            if any(t.under(level, verify) for t in held):
-                if status.startswith("missed"):  # a smaller slowdown missed says nothing of the target's
-                    held, status = [], f"no target: under {GLUE_MS:g} ms a step ({status})"
-                else:
-                    status += f" at {ms:.1f} ms a step" if status == "met" else ""
+            if under and missed(status):  # a smaller slowdown missed says nothing of the target's
+                held, status = [], f"no target: under {GLUE_MS:g} ms a step; {status}"
+            elif under and meets(status):
+                status += f" at {ms:.1f} ms a step"
             for t in held:
                 cells.setdefault((group.cpu_class, group.condition, t), []).append((group, level, status))
                 to = resumed(group)
                 own = wanted.setdefault(to, {}).setdefault(t, [])
                 if to == group and level not in own:
                     own.append(level)
-                if to == group and status.startswith("met"):
+                if to == group and (meets(status) or missed(status)):
+                    ended.setdefault((group, t), []).append(status)
+                if to == group and meets(status):
                     met.setdefault((group, t), level)
             name = level_name(level) + (f" ({ms:.1f} ms a step)" if ms is not None else "")
             lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
                          f"| {name} | {len(gates)} | {outcomes(gates, level, today)} | {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
-    for (group, t), level in met.items():  # a target met there adds no gates of its other levels
-        wanted[group][t] = [level]
+    for (group, t), level in met.items():  # a target met there, and missed by none, adds no gates of its other levels
+        if not any(map(missed, ended[group, t])):
+            wanted[group][t] = [level]
     return lines, cells, wanted
 
 
