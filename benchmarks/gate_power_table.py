@@ -542,8 +542,7 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
     lines = ["| class | combination | condition | tolerance | level | gates | outcomes | decided at round (gates) "
              "| minutes a gate: mean (range) | target | resampled A/A: regression, UNDECIDED, rounds | data |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    met: dict[tuple[Group, Target], Level] = {}  # a group's own level that meets a target there
-    ended: dict[tuple[Group, Target], list[str]] = {}  # the statuses of a group's own levels that met or missed it
+    ended: dict[tuple[Group, Target], list[tuple[Level, str]]] = {}  # a group's own levels that met or missed a target
     for group in sorted(kept.groups, key=kept.order):
         judged = kept.judged(group)
         combo = group.combination.split(":", 1)[1].replace(":cpu:", ":") + (" (today's)" if group in kept.current else "")
@@ -575,16 +574,14 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
                 if to == group and level not in own:
                     own.append(level)
                 if to == group and (meets(status) or missed(status)):
-                    ended.setdefault((group, t), []).append(status)
-                if to == group and meets(status):
-                    met.setdefault((group, t), level)
+                    ended.setdefault((group, t), []).append((level, status))
             name = level_name(level) + (f" ({ms:.1f} ms a step)" if ms is not None else "")
             lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
                          f"| {name} | {len(gates)} | {outcomes(gates, level, today)} | {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
-    for (group, t), level in met.items():  # a target met there, and missed by none, adds no gates of its other levels
-        if not any(map(missed, ended[group, t])):
-            wanted[group][t] = [level]
+    for (group, t), levels in ended.items():  # a target met there, and missed by none, adds no gates of its other levels
+        if not any(missed(status) for _, status in levels):
+            wanted[group][t] = [levels[0][0]]
     return lines, cells, wanted
 
 
