@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.core import termination
@@ -176,6 +177,9 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
             "restart_every": ab.restart_every, "looks": looks_of(settings), "mode": result.mode, "swap_s": result.swap_s,
             "stand_in_rounds": result.stand_in_rounds,
             "cpu_class": matrix.cpu_class,
+            # when and on what code: a file's rows are then a history of the gate on this host
+            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "trees": {arm: {"commit": tree.commit, "label": tree.label} for arm, tree in zip(("base", "candidate"), trees)},
             "minutes": (time.perf_counter() - start) / 60, "ratios": result.ratios,
             "arms": {arm: {m: [s.metric(m) for s in samples] for m in METRICS} for arm, samples in result.samples.items()},
             "phases": replay.power_row_phases(result.samples),

@@ -520,7 +520,8 @@ class Kept:
         """The verification pass (ms) a level sized per class is sized by where it goes to `to`: that of
         `to`'s latest gates (latest_pass) or, with none yet, of the latest gates of the setup closest to
         today's among the class and condition's files of planted code (not across environments) at the
-        target's tolerance, file by file in name order (rows carry no time)."""
+        target's tolerance, in the order they finished: rows without a `finished` time (kept before
+        rows had one) first, file by file in name order, then the others by that time."""
         here = latest_pass(self.in_order.get(to, []))
         if here:
             return here
@@ -530,8 +531,8 @@ class Kept:
         if not near:
             return None
         best = max(map(closeness, near))
-        return latest_pass([row for g in sorted(near, key=lambda g: g.file) if closeness(g) == best
-                            for row in self.in_order[g]])
+        rows = [row for g in sorted(near, key=lambda g: g.file) if closeness(g) == best for row in self.in_order[g]]
+        return latest_pass(sorted(rows, key=lambda row: row.get("finished", "")))  # a stable sort
 
 
 def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:

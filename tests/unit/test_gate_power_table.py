@@ -266,6 +266,34 @@ def test_a_glue_level_holds_the_5_ms_target_only_where_it_plants_5_ms_a_step(gpt
     assert gpt.latest_pass([*timed, {}]) == 119.5  # the median of the latest 20 that timed a pass
 
 
+def test_a_new_level_is_sized_by_the_gates_that_finished_last_whatever_their_files_names(gpt):
+    """Where today's file has no gates yet, a new glue level is sized by the latest gates of the
+    closest setup's files: by each row's `finished` time, rows kept without one first."""
+    pair = "qwen-coder-1.5b+0.5b"
+    combo = gpt.todays_combinations([pair])["amx", pair]
+
+    def row(verify, finished=None):
+        kept = {"combination": combo, "cpu_class": "amx", "condition": "quiet", "mode": "duet", "swap_s": 0.05,
+                "stand_in_rounds": None, "tolerance": 0.1, "outcome": "pass", "rounds": 8, "minutes": 3.0,
+                "into": "target", "level": 0.0, "verdicts": {}, "phases": {"base": [{"verify": {"median_ms": verify}}]}}
+        return kept if finished is None else {**kept, "finished": finished}
+
+    early, late = "ab_power_amx_duet-swap0.05_quiet_a.jsonl", "ab_power_amx_duet-swap0.05_quiet_b.jsonl"
+    glue = next(t for t in gpt.TARGETS if t.into == "glue")
+    today = gpt.todays(gpt.group_of(early, row(1.0), gpt.default_looks()))
+
+    def sized(rows):
+        return gpt.Kept.of(rows, gpt.default_looks()).sized_by(today, glue)
+
+    assert sized([(early, row(300.0))] * 20 + [(late, row(400.0))] * 20) == 400.0  # no times: name order
+    # the file named first finished last: its rows are the latest
+    assert sized([(early, row(300.0, "2026-12-05T18:00:00+00:00"))] * 20 + [(late, row(400.0))] * 20) == 300.0
+    assert sized([(early, row(300.0, "2026-12-05T18:00:00+00:00"))] * 20
+                 + [(late, row(400.0, "2026-12-04T18:00:00+00:00"))] * 20) == 300.0
+    assert sized([(early, row(300.0, "2026-12-04T18:00:00+00:00"))] * 20
+                 + [(late, row(400.0, "2026-12-05T18:00:00+00:00"))] * 20) == 400.0
+
+
 def test_kept_glue_levels_are_judged_and_resumed_by_the_ms_they_plant(gpt, kept_table):
     """On the kept files: amx's 1.2% glue with the stand-in (a faster pass) planted under 5 ms and missed,
     so it is kept without a target, neither in the glance nor resumed; the 1.4% one holds the target; a

@@ -173,3 +173,40 @@ def test_the_noise_study_takes_a_core_offset_out_of_the_spread_and_reads_the_kep
     assert lines[0].startswith(f"{sum(1 for g in GATES if not g['level'])} A/A gates") and "with a core term" in lines[0]
     assert "between worker pairs" in lines[1] and "predicted from the phase medians" in lines[2]
     assert within == pytest.approx(0.0115, abs=0.001) and between == pytest.approx(0.0163, abs=0.0005)
+
+
+def test_a_power_row_keeps_when_the_gate_finished_and_each_arms_commit_and_replays_as_kept():
+    """benchmarks/ab_power.py's row of a gate (here one replaying a kept row's rounds): its outcome,
+    rounds and each arm's metrics as the gate saw them, the UTC time it finished and the code each arm
+    ran, so that a file's rows are a history of the gate on its host."""
+    from datetime import datetime, timedelta, timezone
+
+    from harness.perf.ab.revision import Tree
+
+    kept = next(g for g in GATES if g["level"] and g.get("phases"))
+
+    class Replaying(ABGate):
+        """The gate ab_power.py starts, with the kept rounds in place of the workers it was given."""
+
+        def __init__(self, combo, settings, base, candidate, load_request, ab, guard, plan):
+            for arm in (base, candidate):
+                arm.discard_log()  # never started
+            super().__init__(combo, settings, *(RecordedArm(arm.name, f"{arm.tree.label} {arm.tree.commit}",
+                                                            power_row_rounds(kept, arm.name)) for arm in (base, candidate)),
+                             lambda arm: {"op": "load"}, ab, guard=LoadGuard(watch=False), plan=plan,
+                             available=kept["rounds"])
+
+    trees = (Tree(Path("."), "a" * 40, "HEAD"), Tree(Path("."), "b" * 40, "working tree (uncommitted changes)"))
+    matrix = registry.load_matrix()
+    with script_module("ab_power") as ab_power:
+        row = ab_power.run_gate(matrix, combo_of(kept), PerfSettings.from_matrix(matrix), trees, kept["level"],
+                                kept.get("tolerance", 0.1), seed=0, plan=duet.IN_TURN, restart_every=4, noise=(),
+                                into=kept.get("into", "target"), gate_class=Replaying)
+    row = json.loads(json.dumps(row))  # as the file keeps it
+    assert (row["outcome"], row["rounds"], row["verdicts"]) == (kept["outcome"], kept["rounds"], kept["verdicts"])
+    assert all(row["arms"][arm][m] == pytest.approx(values) for arm, kept_arm in kept["arms"].items()
+               for m, values in kept_arm.items()) and row["phases"] == kept["phases"]
+    assert row["trees"] == {"base": {"commit": "a" * 40, "label": "HEAD"},
+                            "candidate": {"commit": "b" * 40, "label": "working tree (uncommitted changes)"}}
+    finished = datetime.fromisoformat(row["finished"])
+    assert finished.utcoffset() == timedelta(0) and abs(datetime.now(timezone.utc) - finished) < timedelta(minutes=1)
