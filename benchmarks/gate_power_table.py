@@ -26,6 +26,7 @@ import statistics
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import ab_power
@@ -157,6 +158,11 @@ def verify_ms(gates: Iterable[dict]) -> float | None:
     times = [phases["verify"]["median_ms"] for g in gates for phases in (g.get("phases") or {}).get("base", [])
              if phases and "verify" in phases]
     return statistics.median(times) if times else None
+
+
+def finished(row: dict) -> datetime:
+    """When a kept gate finished (its row's `finished`); the earliest time for a row kept without one."""
+    return datetime.fromisoformat(row["finished"]) if "finished" in row else datetime.min.replace(tzinfo=timezone.utc)
 
 
 def latest_pass(gates: Iterable[dict]) -> float | None:
@@ -532,7 +538,7 @@ class Kept:
             return None
         best = max(map(closeness, near))
         rows = [row for g in sorted(near, key=lambda g: g.file) if closeness(g) == best for row in self.in_order[g]]
-        return latest_pass(sorted(rows, key=lambda row: row.get("finished", "")))  # a stable sort
+        return latest_pass(sorted(rows, key=finished))  # a stable sort
 
 
 def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:

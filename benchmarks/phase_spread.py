@@ -36,28 +36,40 @@ def spread(pairs: list[tuple[float, float]]) -> float:
     return statistics.stdev(math.log(c / b) for b, c in pairs)
 
 
-def report(path: Path) -> None:
+def shift(pairs: list[tuple[float, float]]) -> float:
+    return statistics.fmean(math.log(c / b) for b, c in pairs)
+
+
+def report(path: Path, shifts: bool = False) -> None:
     for gate in Recording.load(path).gates.values():
         if gate.base_rounds is None:
             continue
         rounds = list(zip(gate.base_rounds, gate.rounds))
-        print(f"{path.name}: {gate.combination}, {len(rounds)} A/A rounds; sd of ln(candidate/base) per round")
+
+        def cell(pairs: list[tuple[float, float]]) -> str:
+            return f"{spread(pairs):6.2%}" + (f" ({shift(pairs):+6.2%})" if shifts else "")
+
+        print(f"{path.name}: {gate.combination}, {len(rounds)} rounds; sd of ln(candidate/base) per round"
+              + (" (its mean)" if shifts else ""))
         for m in METRICS:
-            print(f"  {m:24} {spread([(b.metric(m), c.metric(m)) for b, c in rounds]):6.2%}")
+            print(f"  {m:24} {cell([(b.metric(m), c.metric(m)) for b, c in rounds])}")
         for phase in ROUND_PHASES:
             both = [(b, c) for b, c in rounds if b.phases and c.phases and phase in b.phases and phase in c.phases]
             if len(both) < 3:
                 continue
-            cells = "  ".join(f"{name} {spread([(get(b.phases[phase]), get(c.phases[phase])) for b, c in both]):6.2%}"
+            cells = "  ".join(f"{name} {cell([(get(b.phases[phase]), get(c.phases[phase])) for b, c in both])}"
                               for name, get in STATISTICS.items())
             print(f"  {phase:24} {cells}")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", nargs="+", type=Path, help="results.json of A/A gates with phases in their rounds")
-    for path in p.parse_args(argv).results:
-        report(path)
+    p.add_argument("results", nargs="+", type=Path, help="results.json of A/B gates with phases in their rounds")
+    p.add_argument("--shift", action="store_true",
+                   help="print each mean ln(candidate/base) beside its sd (a gate with a planted slowdown)")
+    args = p.parse_args(argv)
+    for path in args.results:
+        report(path, args.shift)
     return 0
 
 

@@ -20,6 +20,13 @@ Phases (one home for their names; the decode phase is everything after the targe
                  inflate, since the thread does not run then; gated beside the wall-clock
                  overhead (harness/perf/record.py GATED_PHASES, docs/perf-gate.md). The time after
                  the last target pass is not in it (no CPU reading at the end of the call).
+  target_step_cpu, verify_cpu, draft_step_cpu
+                 each decode pass in the generating thread's CPU time: the same pass without the
+                 time a neighbour held the core during it (the memory bandwidth it took still
+                 shows). The whole pass where it runs on one thread (the A/B gate side by side);
+                 with more intra-op threads, the generating thread's share of it.
+                 Recorded beside the wall clock's, not gated (docs/perf-gate.md, "Per-phase costs
+                 in a round"); not in the accounting, which is of the wall clock.
 
 The accounting: the decode phase costs sum(calls x median) over the passes' phases plus the
 overhead. `accounting` puts that prediction beside the measured decode time, so a run shows how
@@ -43,13 +50,14 @@ from harness.machine.predict import StepCosts
 PREFILL, DRAFT_PREFILL = "prefill", "draft_prefill"
 TARGET_STEP, VERIFY, DRAFT_STEP, OVERHEAD = "target_step", "verify", "draft_step", "overhead"
 OVERHEAD_CPU = "overhead_cpu"
+TARGET_STEP_CPU, VERIFY_CPU, DRAFT_STEP_CPU = "target_step_cpu", "verify_cpu", "draft_step_cpu"
 # A wall-clock phase's twin measured in the thread's CPU time: the same work, without the time a
-# neighbour held the core. Where both arms report the twin, it is the one the gate waits on
+# neighbour held the core. Where both arms report a gated twin, it is the one the gate waits on
 # (harness/perf/ab/gate.py `suspects`).
-CPU_TIME_OF = {OVERHEAD: OVERHEAD_CPU}
+CPU_TIME_OF = {OVERHEAD: OVERHEAD_CPU, TARGET_STEP: TARGET_STEP_CPU, VERIFY: VERIFY_CPU, DRAFT_STEP: DRAFT_STEP_CPU}
 PASSES = (PREFILL, DRAFT_PREFILL, TARGET_STEP, VERIFY, DRAFT_STEP)
 DECODE_PASSES = (TARGET_STEP, VERIFY, DRAFT_STEP)
-PHASES = PASSES + (OVERHEAD, OVERHEAD_CPU)
+PHASES = PASSES + (OVERHEAD, OVERHEAD_CPU) + tuple(CPU_TIME_OF[p] for p in DECODE_PASSES)
 
 LOW_QUANTILE = 0.1  # the low statistic kept beside the median (PhaseCost.low_ms)
 
@@ -167,7 +175,9 @@ def split(calls: Iterable[Call], decode_start: float, decode_end: float) -> dict
         ms.setdefault(phase, []).append(c.seconds * 1000.0)
         if c.start >= decode_start:
             decode.append(c)
-    out = {phase: PhaseCost.of(ms[phase]) for phase in PASSES if phase in ms}
+            if phase in DECODE_PASSES and not math.isnan(c.cpu_seconds):
+                ms.setdefault(CPU_TIME_OF[phase], []).append(c.cpu_seconds * 1000.0)
+    out = {phase: PhaseCost.of(ms[phase]) for phase in PHASES if phase in ms}
     per_step = step_overheads_ms(decode, decode_start, decode_end)
     if per_step:
         out[OVERHEAD] = PhaseCost.of(per_step)

@@ -30,7 +30,8 @@ Metric definitions:
                      beside an int8 target's own plain arm)
   phases             each forward pass of the target and the draft timed and filed by phase
                      (prefill, draft_prefill, target_step, verify, draft_step) with the decode
-                     phase's host overhead: calls, total, median and 10th-percentile ms
+                     phase's host overhead, and each in the thread's CPU time too (overhead_cpu,
+                     target_step_cpu, ...): calls, total, median and 10th-percentile ms
                      (harness/measure/phases.py; CPU only, null on a GPU)
   accounting         a configuration's decode phase: sum(calls x median) of its passes beside the
                      measured wall time, and the overhead outside the passes

@@ -286,6 +286,8 @@ def test_a_new_level_is_sized_by_the_gates_that_finished_last_whatever_their_fil
         return gpt.Kept.of(rows, gpt.default_looks()).sized_by(today, glue)
 
     assert sized([(early, row(300.0))] * 20 + [(late, row(400.0))] * 20) == 400.0  # no times: name order
+    assert sized([(early, row(300.0, "2026-12-05T18:00:00Z"))] * 20
+                 + [(late, row(400.0, "2026-12-05T19:30:00+02:00"))] * 20) == 300.0  # by the time: 17:30 UTC
     # the file named first finished last: its rows are the latest
     assert sized([(early, row(300.0, "2026-12-05T18:00:00+00:00"))] * 20 + [(late, row(400.0))] * 20) == 300.0
     assert sized([(early, row(300.0, "2026-12-05T18:00:00+00:00"))] * 20
@@ -433,7 +435,8 @@ def test_the_stopping_rule_names_the_code_that_decides(gpt):
 
     from harness.measure import phases
     from harness.perf.ab import gate, paired
-    parts = [repr(sorted(phases.CPU_TIME_OF.items()))]
+    from harness.perf.record import GATED_PHASES
+    parts = [repr(sorted((m, t) for m, t in phases.CPU_TIME_OF.items() if t in GATED_PHASES))]  # twins it decides on
     for fn in (gate.suspect, gate.suspects, gate._settled, gate.standing, gate.gating, paired.decide):
         node = ast.parse(inspect.getsource(fn)).body[0]
         if ast.get_docstring(node):

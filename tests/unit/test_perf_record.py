@@ -29,6 +29,17 @@ def test_the_schema_holds_exactly_the_dataclass_fields(cls, node):
     assert set(DEFS[node]["required"]) == names(cls)  # every field is written, None where it does not apply
 
 
+def test_the_schemas_name_exactly_the_phases_a_round_and_a_bench_run_record():
+    from harness.measure import phases
+    from harness.workload.registry import PACKAGE_DIR
+    from harness.perf.record import ROUND_PHASES
+
+    round_phases = DEFS["round"]["properties"]["phases"]["oneOf"][1]["propertyNames"]["enum"]
+    assert sorted(round_phases) == sorted(ROUND_PHASES)
+    bench = json.loads((PACKAGE_DIR / "schemas" / "bench-results.schema.json").read_text())
+    assert sorted(bench["$defs"]["phases"]["oneOf"][1]["propertyNames"]["enum"]) == sorted(phases.PHASES)
+
+
 def test_every_metric_is_a_round_field_and_the_verdicts_are_the_outcomes():
     assert set(METRICS) <= names(Round)
     result_verdicts = set(DEFS["result"]["properties"]["verdict"]["enum"])

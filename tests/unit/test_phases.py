@@ -102,6 +102,27 @@ def test_the_cpu_overhead_leaves_out_a_burst_in_which_the_thread_did_not_run():
     assert "overhead_cpu" not in phases.split([dataclasses.replace(c, cpu_start=math.nan) for c in calls], 0.1, t)
 
 
+def test_each_decode_pass_has_a_cpu_time_twin_without_a_burst_in_which_the_thread_did_not_run():
+    """Assisted steps of a 10 ms draft pass and a 50 ms verification; a neighbour holds the core for
+    200 ms inside one verification: its wall clock has it, its CPU-time twin does not. The prefills
+    have no twin, and passes read without a CPU clock give none."""
+    calls = [Call("target", 12, 0.0, 0.1, 0.0, 0.1), Call("draft", 12, 0.1, 0.02, 0.1, 0.02)]
+    t = cpu = 0.12
+    for i in range(10):
+        calls.append(Call("draft", 1, t, 0.01, cpu, 0.01))
+        t, cpu = t + 0.01, cpu + 0.01
+        held = 0.2 if i == 3 else 0.0
+        calls.append(Call("target", 4, t, 0.05 + held, cpu, 0.05))
+        t, cpu = t + 0.05 + held, cpu + 0.05
+    split = phases.split(calls, decode_start=0.1, decode_end=t)
+    assert split["verify"].total_ms == pytest.approx(10 * 50.0 + 200.0) and split["verify"].calls == 10
+    assert split["verify_cpu"] == PhaseCost.of([50.0] * 10)
+    assert split["draft_step_cpu"] == PhaseCost.of([10.0] * 10) == split["draft_step"]
+    assert phases.CPU_TIME_OF["verify"] == "verify_cpu" and "prefill_cpu" not in phases.PHASES
+    unread = phases.split([dataclasses.replace(c, cpu_seconds=math.nan) for c in calls], 0.1, t)
+    assert not {"verify_cpu", "draft_step_cpu", "target_step_cpu"} & set(unread) and "verify" in unread
+
+
 def test_acceptance_by_position():
     shares = phases.acceptance_by_position([[3, 3], [2]], [[2, 0], [2]])
     assert shares == pytest.approx([2 / 3, 2 / 3, 0.0])
@@ -119,8 +140,11 @@ def test_pooled_phases_sum_calls_and_take_the_median_of_medians():
 
 def test_a_plain_generation_is_one_prefill_and_a_step_per_token(target):
     r = measure_generation(target, prompt(seed=1), SETTINGS)
-    assert set(r.phases) == {"prefill", "target_step", "overhead", "overhead_cpu"}
+    assert set(r.phases) == {"prefill", "target_step", "overhead", "overhead_cpu", "target_step_cpu"}
     assert r.phases["prefill"].calls == 1
+    # each step's pass in CPU time too: one a step, and no more than the wall clock saw of it
+    assert r.phases["target_step_cpu"].calls == r.phases["target_step"].calls
+    assert r.phases["target_step_cpu"].total_ms <= r.phases["target_step"].total_ms * 1.05 + 1.0
     # the host work in CPU time: a step each, and no more than the wall clock saw of it (a small slack
     # for the two clocks' resolution)
     assert r.phases["overhead_cpu"].calls == r.phases["overhead"].calls
