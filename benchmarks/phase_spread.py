@@ -14,6 +14,10 @@ They were measured with (the second under benchmarks/noisy_host.py --duty 0.3 --
 
     python -m pytest tests/perf -m "perf and not slow" --perf-pair qwen-coder-1.5b+0.5b --perf-against HEAD \\
         --perf-repeats 16 --perf-max-repeats 16 --benchmark-disable --perf-report-dir DIR
+
+With --shift each sd has the mean ln(candidate / base) beside it: what a gate with a planted slowdown
+(--perf-plant-slowdown 0.1 --perf-plant-into verify) saw in each phase, on the wall clock and in CPU
+time (benchmarks/data/phase_spread_avx2_duet-standin-cpu_noisy*.json, docs/perf-gate.md).
 """
 
 from __future__ import annotations

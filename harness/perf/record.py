@@ -37,8 +37,9 @@ ROUND_PHASES = PLAIN_PHASES + ASSISTED_PHASES
 # per run; its steps' median and 10th percentile are recorded since, docs/perf-gate.md).
 # The overhead in CPU time too: under a co-tenant it spreads a quarter as much as on the wall clock;
 # the wall clock's stays for host work that waits without running (docs/perf-gate.md).
-# The passes' CPU-time twins are recorded, not gated: whether they are steadier under a neighbour
-# than the wall clock, and see what it sees, is measured first (docs/perf-gate.md).
+# The passes' CPU-time twins are recorded, not gated yet: under a co-tenant the verification's spreads
+# a quarter as much as its wall clock and sees a slower pass in full (docs/perf-gate.md); gating them
+# changes the stopping rule, whose gates are then replayed and measured again.
 GATED_PHASES = {phases.TARGET_STEP: "p10", phases.DRAFT_STEP: "p10", phases.VERIFY: "mean", phases.OVERHEAD: "mean",
                 phases.OVERHEAD_CPU: "mean"}
 
