@@ -7,7 +7,8 @@ are F slower, installed in an overlay of this environment that the candidate arm
 unchanged copy, two environments that differ in one package only; harness/perf/plant_package.py), and
 records each finished gate (both arms' rounds) to a JSON-lines file, so an
 interrupted run resumes where it stopped. Each row names the host condition (quiet, or noisy under
-benchmarks/noisy_host.py), the arms' mode and the CPU class. Then prints, per level: detection
+benchmarks/noisy_host.py), the arms' mode, the CPU class and the CPU's model name and generation
+(family and model numbers: one "AMD EPYC" may be Zen 3, 4 or 5). Then prints, per level: detection
 (REGRESSION) and false-alarm rates, UNDECIDED, rounds and minutes per gate; and the same rates over
 --trials gates replayed through the gate's own code on the kept A/A rounds resampled by worker pair
 (harness/perf/replay.py), each level's measured shift applied to every metric and gated phase, for rates
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from harness.core import termination
 from harness.core.cachedir import cache_root
+from harness.machine import capability
 from harness.workload import registry
 from pytest_benchmark.utils import parse_compare_fail
 
@@ -177,6 +179,8 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
             "restart_every": ab.restart_every, "looks": looks_of(settings), "mode": result.mode, "swap_s": result.swap_s,
             "stand_in_rounds": result.stand_in_rounds,
             "cpu_class": matrix.cpu_class,
+            # which host of the class: one model name may cover several generations (an "AMD EPYC" VM)
+            "cpu": {"model": capability.cpuinfo()[0], "generation": capability.cpu_generation()},
             # when and on what code: a file's rows are then a history of the gate on this host
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "trees": {arm: {"commit": tree.commit, "label": tree.label} for arm, tree in zip(("base", "candidate"), trees)},
@@ -255,7 +259,7 @@ def shifts(done: list[dict], level: tuple[str, float]) -> dict[str, float] | Non
         slower = 1 / (1 + fraction)
         unmoved = {m: 1.0 for m in (*METRICS, *GATED_PHASES)}
         return {**unmoved, "plain_tokens_per_sec": slower, "assisted_tokens_per_sec": slower,
-                phases.TARGET_STEP: slower, phases.VERIFY: slower}
+                **{p: slower for wall in (phases.TARGET_STEP, phases.VERIFY) for p in (wall, phases.CPU_TIME_OF[wall])}}
     return None
 
 

@@ -25,8 +25,8 @@ Phases (one home for their names; the decode phase is everything after the targe
                  time a neighbour held the core during it (the memory bandwidth it took still
                  shows). The whole pass where it runs on one thread (the A/B gate side by side);
                  with more intra-op threads, the generating thread's share of it.
-                 Recorded beside the wall clock's, not gated (docs/perf-gate.md, "Per-phase costs
-                 in a round"); not in the accounting, which is of the wall clock.
+                 Gated beside the wall clock's (harness/perf/record.py GATED_PHASES,
+                 docs/perf-gate.md); not in the accounting, which is of the wall clock.
 
 The accounting: the decode phase costs sum(calls x median) over the passes' phases plus the
 overhead. `accounting` puts that prediction beside the measured decode time, so a run shows how

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.measure.phases import PhaseCost
+from harness.measure.phases import CPU_TIME_OF, PhaseCost
 from harness.perf.ab.gate import ABSettings, gating
 from harness.perf.ab.paired import PairedDecision
 from harness.perf.combinations import PerfSettings
@@ -23,8 +23,11 @@ from harness.workload import registry
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "phase_spread_avx512-bf16_duet_quiet.json"
 AA = next(iter(Recording.load(DATA).gates.values()))
-# 16 A/A rounds side by side on an AMD EPYC Zen 3 VM (avx2) under the noisy neighbour, with overhead_cpu.
-CPU_NOISY = DATA.parent / "phase_spread_avx2_duet-standin_noisy.json"
+# 16 rounds side by side on an AMD EPYC Zen 3 VM (avx2) under the noisy neighbour, every phase in CPU
+# time too: unchanged code against itself, and against itself with its verification passes 10% slower.
+CPU_NOISY = DATA.parent / "phase_spread_avx2_duet-standin-cpu_noisy.json"
+CPU_NOISY_VERIFY10 = DATA.parent / "phase_spread_avx2_duet-standin-cpu_noisy_verify10.json"
+TWINS = set(CPU_TIME_OF.values())  # the phases in CPU time
 # Real gates of benchmarks/ab_power.py on an AMD EPYC Zen 3 VM (avx2) under the noisy neighbour.
 NOISY = DATA.parent / "ab_power_avx2_duet-swap0.05-standin_noisy_k16-fused-c0.6.jsonl"
 
@@ -73,12 +76,13 @@ def decision(metric: str, verdict: Outcome, change: float = 0.0) -> PairedDecisi
     return PairedDecision(metric, verdict, change, 0.9, 1.1, 0.97, 8, 0.1, 0.001, 0.01, cost=metric in GATED_PHASES)
 
 
-def test_unchanged_code_passes_with_every_phase_both_arms_report_and_names_the_one_they_predate():
+def test_unchanged_code_passes_with_every_phase_both_arms_report_and_names_those_they_predate():
     result = gate(AA.rounds)
     assert result.outcome == Outcome.PASS
-    assert set(result.decisions) == set(METRICS) | set(GATED_PHASES) - {"overhead_cpu"}
+    assert set(result.decisions) == set(METRICS) | set(GATED_PHASES) - TWINS
     assert not any(d.verdict == Outcome.REGRESSION for d in result.decisions.values())
-    assert result.notes == ["phases not compared: overhead_cpu: not in every round of either arm (a combination "
+    assert result.notes == ["phases not compared: overhead_cpu, target_step_cpu, draft_step_cpu, verify_cpu: not in "
+                            "every round of either arm (a combination "
                             "without a draft or without plain steps, or workers older than the phase); decided on "
                             "what both arms report"]
 
@@ -103,7 +107,7 @@ def test_five_ms_of_glue_per_assisted_step_is_caught_in_the_overhead():
 
 
 def test_under_the_noisy_neighbour_5_ms_of_glue_is_caught_in_the_cpu_overhead():
-    """The kept A/A rounds of today's setup on avx2 under the noisy neighbour, which carry the overhead
+    """The kept A/A rounds of today's setup on avx2 under the noisy neighbour, which carry every phase
     in CPU time: unchanged, every phase is compared and the gate passes at the first look; with 5 ms
     of glue per assisted step the wall-clock overhead (14.5% spread a round there) stays
     inconclusive while `overhead_cpu` (3.9%) calls it."""
@@ -116,14 +120,32 @@ def test_under_the_noisy_neighbour_5_ms_of_glue_is_caught_in_the_cpu_overhead():
     assert [m for m, d in planted.decisions.items() if d.verdict == Outcome.REGRESSION] == ["overhead_cpu"]
 
 
-def test_a_base_whose_worker_predates_the_cpu_overhead_is_compared_on_the_rest_with_one_line_saying_so():
+def test_under_the_noisy_neighbour_a_10_percent_slower_verification_is_called_at_the_first_look_in_cpu_time():
+    """The same setup with the candidate's verification passes 10% slower (a real planted run, 16
+    rounds): the gate calls it at the first look, naming the verification and nothing else. On the
+    wall clock `verify` spreads 3-5% a round there, in CPU time 1-1.6%: its interval is less than half
+    as wide, which decides at 8 rounds where the wall clock needed 16 in half of the kept real gates
+    of this level (benchmarks/data/ab_power_avx2_duet-swap0.05-standin_noisy_k16-fused-c0.6.jsonl)."""
+    planted = next(iter(Recording.load(CPU_NOISY_VERIFY10).gates.values()))
+    result = gate(planted.rounds, base=planted.base_rounds)
+    assert result.outcome == Outcome.REGRESSION and result.rounds == 8, result.message()
+    assert {m for m, d in result.decisions.items() if d.verdict == Outcome.REGRESSION} <= {"verify", "verify_cpu"}
+    assert result.decisions["verify_cpu"].verdict == Outcome.REGRESSION
+    line = next(l for l in result.message().splitlines() if l.strip().startswith("verify_cpu"))
+    assert "REGRESSION" in line, line
+    def width(d: PairedDecision) -> float:
+        return d.shown()[2] - d.shown()[1]
+    assert width(result.decisions["verify_cpu"]) < width(result.decisions["verify"]) / 2, result.message()
+
+
+def test_a_base_whose_worker_predates_the_cpu_twins_is_compared_on_the_rest_with_one_line_saying_so():
     noisy = next(iter(Recording.load(CPU_NOISY).gates.values()))
-    older = [dataclasses.replace(r, phases={p: c for p, c in r.phases.items() if p != "overhead_cpu"})
+    older = [dataclasses.replace(r, phases={p: c for p, c in r.phases.items() if p not in TWINS})
              for r in noisy.base_rounds]
     result = gate(noisy.rounds, base=older)
-    assert set(result.decisions) == set(METRICS) | set(GATED_PHASES) - {"overhead_cpu"}
-    assert result.notes == ["phases not compared: overhead_cpu: the base arm's worker does not report them (an older "
-                            "revision); decided on what both arms report"]
+    assert set(result.decisions) == set(METRICS) | set(GATED_PHASES) - TWINS
+    assert result.notes == ["phases not compared: overhead_cpu, target_step_cpu, draft_step_cpu, verify_cpu: the base "
+                            "arm's worker does not report them (an older revision); decided on what both arms report"]
 
 
 def test_a_smaller_slowdown_than_half_the_tolerance_is_not_a_regression():
@@ -155,21 +177,22 @@ def test_a_phase_fails_the_gate_but_never_makes_it_undecided_and_holds_it_open_o
     assert Outcome.REGRESSION in gating(decisions) and _settled(decisions)
 
 
-def test_the_wall_clock_overhead_holds_the_gate_as_a_suspect_only_where_its_cpu_time_is_not_compared():
-    """A neighbour holding the core between passes inflates the wall-clock overhead alone: where both
-    arms report `overhead_cpu`, that one decides whether host work grew, and a wall-clock overhead
+@pytest.mark.parametrize("wall, cpu", sorted(CPU_TIME_OF.items()))
+def test_a_wall_clock_phase_holds_the_gate_as_a_suspect_only_where_its_cpu_time_is_not_compared(wall, cpu):
+    """A neighbour holding the core during or between passes inflates the wall clock alone: where both
+    arms report a phase in CPU time, that one decides whether the work grew, and the wall-clock phase
     beyond the threshold but not significant no longer keeps the gate looking. Significant, it still
-    fails the gate; a base older than `overhead_cpu` leaves it a suspect as before."""
+    fails the gate; a base older than the CPU-time phase leaves it a suspect as before."""
     from harness.perf.ab.gate import _settled, suspects
 
-    decisions = {**{m: decision(m, Outcome.PASS) for m in METRICS}, "overhead": decision("overhead", Outcome.INCONCLUSIVE, -0.07)}
-    assert suspects(decisions) == ["overhead"] and not _settled(decisions)  # a base older than overhead_cpu
-    decisions["overhead_cpu"] = decision("overhead_cpu", Outcome.PASS, 0.01)
+    decisions = {**{m: decision(m, Outcome.PASS) for m in METRICS}, wall: decision(wall, Outcome.INCONCLUSIVE, -0.07)}
+    assert suspects(decisions) == [wall] and not _settled(decisions)  # a base older than the CPU-time phase
+    decisions[cpu] = decision(cpu, Outcome.PASS, 0.01)
     assert suspects(decisions) == [] and _settled(decisions)
-    decisions["overhead_cpu"] = decision("overhead_cpu", Outcome.INCONCLUSIVE, -0.06)  # host work grew: its CPU time says so
-    assert suspects(decisions) == ["overhead_cpu"] and not _settled(decisions)
-    decisions["overhead_cpu"] = decision("overhead_cpu", Outcome.PASS, 0.01)
-    decisions["overhead"] = decision("overhead", Outcome.REGRESSION, -0.12)  # host work that waits without running
+    decisions[cpu] = decision(cpu, Outcome.INCONCLUSIVE, -0.06)  # the work grew: its CPU time says so
+    assert suspects(decisions) == [cpu] and not _settled(decisions)
+    decisions[cpu] = decision(cpu, Outcome.PASS, 0.01)
+    decisions[wall] = decision(wall, Outcome.REGRESSION, -0.12)  # work that waits without running
     assert _settled(decisions) and Outcome.REGRESSION in gating(decisions)
 
 

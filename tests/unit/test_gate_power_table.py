@@ -74,7 +74,9 @@ def test_a_phase_level_counts_only_gates_that_name_the_phase(gpt):
     other = gate("regression", into="verify", level=0.10, verdicts={"verify": "inconclusive"})
     assert gpt.target(group(gpt), verify, [named] * 20) == "met"
     assert gpt.target(group(gpt), verify, [named] * 18 + [other] * 2) == "missed: 18 of 20 caught"
-    assert gpt.outcomes([named, other], verify) == "2 REGRESSION (1 naming `verify`)"
+    assert gpt.outcomes([named, other], verify) == "2 REGRESSION (1 naming `verify` or `verify_cpu`)"
+    in_cpu_time = gate("regression", into="verify", level=0.10, verdicts={"verify": "inconclusive", "verify_cpu": "regression"})
+    assert gpt.target(group(gpt), verify, [in_cpu_time] * 20) == "met"  # the phase in CPU time names it too
     old = gate("regression", into="draft", level=0.20)  # a row from before per-phase verdicts
     assert gpt.caught(old, ("draft", 0.20)) and gpt.outcomes([old], ("draft", 0.20)) == "1 REGRESSION"
 
@@ -124,7 +126,8 @@ def test_a_gate_an_earlier_rule_stopped_where_todays_gate_looks_again_is_named_a
     assert [t.cut_short for r, t in zip(rows, today) if r in named] == [False] * len(named)
     assert [t.cut_short for r, t in zip(rows, today) if r in unnamed] == [True] * len(unnamed)
     cell = gpt.outcomes(rows, ("draft", 0.10), today)
-    assert cell.startswith(f"{len(rows)} REGRESSION ({len(named)} naming `draft_step`); {len(unnamed)} stopped by an earlier rule")
+    assert cell.startswith(f"{len(rows)} REGRESSION ({len(named)} naming `draft_step` or `draft_step_cpu`); "
+                           f"{len(unnamed)} stopped by an earlier rule")
     table = gpt.render(gpt.load_rows([gpt.DATA / "ab_power_avx512-bf16_duet-swap0.05_quiet_k16-fused-c0.6.jsonl"]), {},
                        gpt.default_looks())
     row = next(line for line in table.splitlines() if "| draft 10% (plain untouched) |" in line)
@@ -433,10 +436,9 @@ def test_the_stopping_rule_names_the_code_that_decides(gpt):
     import hashlib
     import inspect
 
-    from harness.measure import phases
     from harness.perf.ab import gate, paired
     from harness.perf.record import GATED_PHASES
-    parts = [repr(sorted((m, t) for m, t in phases.CPU_TIME_OF.items() if t in GATED_PHASES))]  # twins it decides on
+    parts = [repr(sorted(GATED_PHASES.items()))]  # the phases it decides on, each by its statistic
     for fn in (gate.suspect, gate.suspects, gate._settled, gate.standing, gate.gating, paired.decide):
         node = ast.parse(inspect.getsource(fn)).body[0]
         if ast.get_docstring(node):
@@ -444,8 +446,8 @@ def test_the_stopping_rule_names_the_code_that_decides(gpt):
         parts.append(ast.dump(node, annotate_fields=False))
     code = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     assert (gpt.STOPPING_RULE, code) == (
-        "2026-12-05: a tokens/s regression waits while a phase is a suspect (its estimate beyond T/2), the wall-clock "
-        "overhead not where its CPU time is compared", "fa793f166242ffcf"), \
+        "2026-12-05b: a tokens/s regression waits while a phase is a suspect (its estimate beyond T/2), a wall-clock "
+        "phase not where its CPU time is compared; every phase gated in CPU time too", "4e163146a4a1f7bd"), \
         ("the gate's deciding code changed: give harness/perf/ab/gate.py STOPPING_RULE a new name, set both here, and run "
          "python benchmarks/gate_power_table.py --resample --write")
 

@@ -7,13 +7,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import platform
 import random
+import re
 import statistics
 from pathlib import Path
 
 import pytest
 from bench_scripts import script_module
 
+from harness.machine import capability
 from harness.workload import registry
 from harness.perf.ab import duet
 from harness.perf.ab.gate import ABGate, ABSettings
@@ -178,7 +181,7 @@ def test_the_noise_study_takes_a_core_offset_out_of_the_spread_and_reads_the_kep
 def test_a_power_row_keeps_when_the_gate_finished_and_each_arms_commit_and_replays_as_kept():
     """benchmarks/ab_power.py's row of a gate (here one replaying a kept row's rounds): its outcome,
     rounds and each arm's metrics as the gate saw them, the UTC time it finished and the code each arm
-    ran, so that a file's rows are a history of the gate on its host."""
+    ran and the host's CPU, so that a file's rows are a history of the gate on its host."""
     from datetime import datetime, timedelta, timezone
 
     from harness.perf.ab.revision import Tree
@@ -210,3 +213,7 @@ def test_a_power_row_keeps_when_the_gate_finished_and_each_arms_commit_and_repla
                             "candidate": {"commit": "b" * 40, "label": "working tree (uncommitted changes)"}}
     finished = datetime.fromisoformat(row["finished"])
     assert finished.utcoffset() == timedelta(0) and abs(datetime.now(timezone.utc) - finished) < timedelta(minutes=1)
+    # the host of the class, to its generation where the model name covers several
+    assert row["cpu"] == {"model": capability.cpuinfo()[0], "generation": capability.cpu_generation()}
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert re.fullmatch(r"family \d+ model \d+", row["cpu"]["generation"]), row["cpu"]

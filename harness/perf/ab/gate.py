@@ -39,8 +39,8 @@ MAX_REDOS_PER_ROUND = 3
 # Names the rule by which the gate stops and decides (`_settled`, `suspect`, `suspects`, `standing`,
 # harness/perf/ab/paired.py): rates resampled from recorded rounds under another rule are stale
 # (benchmarks/gate_power_table.py). Change it with the rule.
-STOPPING_RULE = ("2026-12-05: a tokens/s regression waits while a phase is a suspect (its estimate beyond T/2), "
-                 "the wall-clock overhead not where its CPU time is compared")
+STOPPING_RULE = ("2026-12-05b: a tokens/s regression waits while a phase is a suspect (its estimate beyond T/2), "
+                 "a wall-clock phase not where its CPU time is compared; every phase gated in CPU time too")
 HEADLINES = {Outcome.REGRESSION: "perf regression", Outcome.UNDECIDED: "perf gate undecided",
              Outcome.PASS: "perf gate passed", Outcome.IMPROVEMENT: "perf improvement"}
 
