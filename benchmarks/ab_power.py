@@ -244,9 +244,10 @@ def kept_rows(out: Path, row: dict | None) -> list[dict]:
 def shifts(done: list[dict], level: tuple[str, float]) -> dict[str, float] | None:
     """The factor a planted level moves each of the candidate's metrics and gated phases by, as the
     gate's ratios go (below 1: slower; a phase's cost is divided by it): measured (the mean per-round
-    log ratio of this level's real gates) where there are any; else nominal for a target slowdown
-    (plain and assisted tokens/s and the target's passes 1/(1+L), the rest left alone); None when
-    nothing says."""
+    log ratio of this level's real gates) where there are any, a phase in CPU time that those gates
+    did not record moved as its wall clock did (a pass costs CPU time as it costs wall time); else
+    nominal for a target slowdown (plain and assisted tokens/s and the target's passes 1/(1+L), the
+    rest left alone); None when nothing says."""
     gates = [g for g in done if level_of(g) == level]
     into, fraction = level
     if not fraction and into != ENV:
@@ -254,7 +255,8 @@ def shifts(done: list[dict], level: tuple[str, float]) -> dict[str, float] | Non
     if gates:
         def mean_ratio(name: str) -> float:
             return math.exp(statistics.fmean(math.log(r) for g in gates for r in g["ratios"][name]))
-        return {m: mean_ratio(m) for m in (*METRICS, *(p for p in GATED_PHASES if all(p in g["ratios"] for g in gates)))}
+        measured = {m: mean_ratio(m) for m in (*METRICS, *(p for p in GATED_PHASES if all(p in g["ratios"] for g in gates)))}
+        return {**{cpu: measured[wall] for wall, cpu in phases.CPU_TIME_OF.items() if wall in measured}, **measured}
     if into == "target":
         slower = 1 / (1 + fraction)
         unmoved = {m: 1.0 for m in (*METRICS, *GATED_PHASES)}

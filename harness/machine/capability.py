@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -107,46 +107,44 @@ def classify(flags: Collection[str], aten: str, env: Mapping[str, str], *, amx_e
                       flags=tuple(x for x in keep if x in set(flags)), limited_by=limited_by)
 
 
-def _cpuinfo_fields() -> Iterator[tuple[str, str]]:
-    """Each `key: value` line of /proc/cpuinfo, stripped (none where it cannot be read): the suite's
-    one reader of that file."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                yield key.strip(), value.strip()
-    except OSError:
-        return
+def parse_cpuinfo(text: str) -> dict[str, str]:
+    """The first value of each `key: value` in /proc/cpuinfo's text, stripped: the first processor's
+    fields, and those said once for all after them (an ARM's `Hardware`)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, colon, value = line.partition(":")
+        if colon:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
 
 
 @cache
+def _cpuinfo_fields() -> dict[str, str]:
+    """/proc/cpuinfo's fields (parse_cpuinfo; {} where it cannot be read): the suite's one reader of
+    that file."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return parse_cpuinfo(fh.read())
+    except OSError:
+        return {}
+
+
 def cpuinfo() -> tuple[str | None, tuple[str, ...]]:
     """The first processor's model name and flags in /proc/cpuinfo (None and () where it cannot be
     read)."""
-    model: str | None = None
-    flags: tuple[str, ...] | None = None
-    for key, value in _cpuinfo_fields():
-        if key == "model name" and model is None:
-            model = value
-        elif key in ("flags", "Features") and flags is None:
-            flags = tuple(value.split())
-        if model is not None and flags is not None:
-            break
-    return model, flags or ()
+    fields = _cpuinfo_fields()
+    flags = fields.get("flags", fields.get("Features", ""))
+    return fields.get("model name"), tuple(flags.split())
 
 
-@cache
 def cpu_generation() -> str | None:
     """The first processor's family and model numbers ("family 26 model 2"), None where /proc/cpuinfo
     does not say (not x86): they tell apart hosts that one model name covers (a VM's "AMD EPYC" may
     be Zen 3, 4 or 5)."""
-    found: dict[str, str] = {}
-    for key, value in _cpuinfo_fields():
-        if key in ("cpu family", "model") and key not in found:
-            found[key] = value
-            if len(found) == 2:
-                return f"family {found['cpu family']} model {found['model']}"
-    return None
+    fields = _cpuinfo_fields()
+    if "cpu family" not in fields or "model" not in fields:
+        return None
+    return f"family {fields['cpu family']} model {fields['model']}"
 
 
 def cpu_flags() -> tuple[str, ...]:

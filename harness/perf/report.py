@@ -12,6 +12,7 @@ from typing import Any
 from harness import __version__
 from harness.core import descriptive, jsonio
 from harness.core.errors import ResultsError
+from harness.measure import phases
 from harness.machine.provenance import Provenance
 from harness.workload.registry import PACKAGE_DIR
 from harness.perf.outcome import Outcome
@@ -135,13 +136,17 @@ def ab_chart(results: list[dict[str, Any]], path: Path) -> None:
 
     colors = {"plain_tokens_per_sec": "#8c8c8c", "assisted_tokens_per_sec": "#2a7ab9", "speedup": "#2e8b57",
               "target_step": "#d2691e", "verify": "#8b008b", "draft_step": "#b8860b", "overhead": "#4b0082"}
+    colors.update({cpu: colors[wall] for wall, cpu in phases.CPU_TIME_OF.items()})  # a phase's CPU time: hollow
     fig, axes = plt.subplots(len(results), 1, figsize=(9, 3.2 * len(results)), squeeze=False)
     for ax, r in zip(axes[:, 0], results):
+        spacing = 0.8 / max(len(r["ab"]["ratios"]), 1)  # a round's metrics side by side within it
         for i, (metric, ratios) in enumerate(r["ab"]["ratios"].items()):
             d = r["decisions"][metric]
-            x = [n + 1 + (i - 1) * 0.15 for n in range(len(ratios))]
+            x = [n + 1 + (i - len(r["ab"]["ratios"]) / 2) * spacing for n in range(len(ratios))]
             shown = paired.shown(d["change"], d["ci_low"], d["ci_high"], d.get("cost", False))
-            ax.scatter(x, ratios, s=12, color=colors.get(metric, "black"), alpha=0.6,
+            hollow = metric in phases.CPU_TIME_OF.values()
+            ax.scatter(x, ratios, s=12, alpha=0.6, edgecolors=colors.get(metric, "black"),
+                       facecolors="none" if hollow else colors.get(metric, "black"),
                        label="{}: {} {:+.1f}% [{:+.1f}, {:+.1f}]".format(
                            metric.replace("_tokens_per_sec", " tok/s") + (" time" if d.get("cost") else ""),
                            d["verdict"].upper(), *shown))

@@ -152,3 +152,37 @@ def test_a_cache_file_that_does_not_read_is_measured_again_and_replaced(tmp_path
     name, imported = _child_class(tmp_path)
     assert imported and name in capability.CLASSES
     assert _child_class(tmp_path) == (name, False)
+
+
+X86 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 26
+model\t\t: 2
+model name\t: AMD EPYC
+flags\t\t: fpu avx2 avx512f avx512_bf16
+
+processor\t: 1
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC 7B13
+flags\t\t: fpu avx2
+"""
+ARM = """processor\t: 0
+BogoMIPS\t: 50.00
+Features\t: fp asimd sve
+CPU implementer\t: 0x41
+
+processor\t: 1
+Features\t: fp asimd
+"""
+
+
+@pytest.mark.parametrize("text, model, flags, generation", [
+    (X86, "AMD EPYC", ("fpu", "avx2", "avx512f", "avx512_bf16"), "family 26 model 2"),  # the first processor's
+    (ARM, None, ("fp", "asimd", "sve"), None),  # no model name, no family: said as unknown
+    ("", None, (), None),                       # an unreadable /proc/cpuinfo
+])
+def test_the_cpu_is_read_from_the_first_processor(monkeypatch, text, model, flags, generation):
+    monkeypatch.setattr(capability, "_cpuinfo_fields", lambda: capability.parse_cpuinfo(text))
+    assert capability.cpuinfo() == (model, flags)
+    assert capability.cpu_generation() == generation

@@ -23,6 +23,9 @@ from harness.workload import registry
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "phase_spread_avx512-bf16_duet_quiet.json"
 AA = next(iter(Recording.load(DATA).gates.values()))
+# 16 A/A rounds side by side on an AMD EPYC Zen 3 VM (avx2) under the noisy neighbour, with overhead_cpu
+# and without the passes in CPU time (recorded before they were).
+OVERHEAD_CPU_NOISY = DATA.parent / "phase_spread_avx2_duet-standin_noisy.json"
 # 16 rounds side by side on an AMD EPYC Zen 3 VM (avx2) under the noisy neighbour, every phase in CPU
 # time too: unchanged code against itself, and against itself with its verification passes 10% slower.
 CPU_NOISY = DATA.parent / "phase_spread_avx2_duet-standin-cpu_noisy.json"
@@ -107,14 +110,18 @@ def test_five_ms_of_glue_per_assisted_step_is_caught_in_the_overhead():
 
 
 def test_under_the_noisy_neighbour_5_ms_of_glue_is_caught_in_the_cpu_overhead():
-    """The kept A/A rounds of today's setup on avx2 under the noisy neighbour, which carry every phase
-    in CPU time: unchanged, every phase is compared and the gate passes at the first look; with 5 ms
-    of glue per assisted step the wall-clock overhead (14.5% spread a round there) stays
-    inconclusive while `overhead_cpu` (3.9%) calls it."""
-    noisy = next(iter(Recording.load(CPU_NOISY).gates.values()))
+    """The kept A/A rounds of today's setup on avx2 under the noisy neighbour recorded with the
+    overhead in CPU time (and before the passes were): unchanged, the gate passes at the first look
+    on every phase both arms report, and says which they do not; with 5 ms of glue per assisted step
+    the wall-clock overhead (14.5% spread a round there) stays inconclusive while `overhead_cpu`
+    (3.9%) calls it."""
+    noisy = next(iter(Recording.load(OVERHEAD_CPU_NOISY).gates.values()))
     unchanged = gate(noisy.rounds, base=noisy.base_rounds)
-    assert unchanged.outcome == Outcome.PASS and unchanged.rounds == 8 and not unchanged.notes, unchanged.message()
-    assert set(unchanged.decisions) == set(METRICS) | set(GATED_PHASES)
+    assert unchanged.outcome == Outcome.PASS and unchanged.rounds == 8, unchanged.message()
+    assert set(unchanged.decisions) == set(METRICS) | set(GATED_PHASES) - {"target_step_cpu", "draft_step_cpu", "verify_cpu"}
+    assert unchanged.notes == ["phases not compared: target_step_cpu, draft_step_cpu, verify_cpu: not in every round "
+                               "of either arm (a combination without a draft or without plain steps, or workers older "
+                               "than the phase); decided on what both arms report"]
     planted = gate(glue(5.0, noisy.rounds), base=noisy.base_rounds)
     assert planted.outcome == Outcome.REGRESSION and planted.rounds == 8, planted.message()
     assert [m for m, d in planted.decisions.items() if d.verdict == Outcome.REGRESSION] == ["overhead_cpu"]

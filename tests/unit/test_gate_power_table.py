@@ -436,9 +436,11 @@ def test_the_stopping_rule_names_the_code_that_decides(gpt):
     import hashlib
     import inspect
 
+    from harness.measure import phases
     from harness.perf.ab import gate, paired
     from harness.perf.record import GATED_PHASES
-    parts = [repr(sorted(GATED_PHASES.items()))]  # the phases it decides on, each by its statistic
+    # the phases it decides on, each by its statistic, and which one is which one's CPU time (`suspects`)
+    parts = [repr(sorted(GATED_PHASES.items())), repr(sorted(phases.CPU_TIME_OF.items()))]
     for fn in (gate.suspect, gate.suspects, gate._settled, gate.standing, gate.gating, paired.decide):
         node = ast.parse(inspect.getsource(fn)).body[0]
         if ast.get_docstring(node):
@@ -447,7 +449,7 @@ def test_the_stopping_rule_names_the_code_that_decides(gpt):
     code = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     assert (gpt.STOPPING_RULE, code) == (
         "2026-12-05b: a tokens/s regression waits while a phase is a suspect (its estimate beyond T/2), a wall-clock "
-        "phase not where its CPU time is compared; every phase gated in CPU time too", "4e163146a4a1f7bd"), \
+        "phase not where its CPU time is compared; every phase gated in CPU time too", "2078c1b78d224650"), \
         ("the gate's deciding code changed: give harness/perf/ab/gate.py STOPPING_RULE a new name, set both here, and run "
          "python benchmarks/gate_power_table.py --resample --write")
 

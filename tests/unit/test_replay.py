@@ -143,6 +143,13 @@ def test_resampled_gates_decide_on_the_phases_as_live_gates_do():
         assert ab_power.time_split([timed, {"rounds": 8, "minutes": 9.0}]) == pytest.approx((15.0, 60.0))
         nominal = ab_power.shifts([], ("target", 0.10))
         assert nominal["verify"] == nominal["target_step"] == pytest.approx(1 / 1.1) and nominal["draft_step"] == 1.0
+        assert nominal["verify_cpu"] == nominal["target_step_cpu"] == pytest.approx(1 / 1.1)
+        # a level's gates recorded before the passes in CPU time: those move as their wall clocks did
+        older = [{"into": "verify", "level": 0.1, "ratios": {**{m: [1.0, 1.0] for m in METRICS},
+                                                              "verify": [0.9, 0.9], "draft_step": [1.0, 1.0]}}]
+        measured = ab_power.shifts(older, ("verify", 0.1))
+        assert measured["verify_cpu"] == measured["verify"] == pytest.approx(0.9) and measured["draft_step_cpu"] == 1.0
+        assert "overhead_cpu" not in measured and "target_step_cpu" not in measured  # nothing says how they moved
 
 
 def test_the_report_says_when_too_few_worker_pairs_back_the_resampled_rates(capsys):

@@ -373,10 +373,10 @@ def suspect(d: paired.PairedDecision, z: float = 0.0) -> bool:
 
 def suspects(decisions: dict[str, paired.PairedDecision], z: float = 0.0) -> list[str]:
     """The phases that keep the gate looking: each `suspect`, except a wall-clock phase whose CPU-time
-    twin (phases.CPU_TIME_OF) is decided beside it. Host work that grew shows in both; a neighbour
-    holding the core between passes only in the wall clock, where it spreads three to four times as
-    much a round under a noisy host (docs/perf-gate.md, "Which phase keeps the gate looking"). Such
-    a wall-clock phase still fails the gate once significant."""
+    twin (phases.CPU_TIME_OF) is decided beside it. Work that grew shows in both; a neighbour
+    holding the core during or between passes only in the wall clock, where a phase spreads up to
+    four times as much a round under a noisy host (docs/perf-gate.md, "Which phase keeps the gate
+    looking"). Such a wall-clock phase still fails the gate once significant."""
     return [m for m, d in decisions.items() if suspect(d, z) and phases.CPU_TIME_OF.get(m) not in decisions]
 
 
