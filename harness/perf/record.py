@@ -36,7 +36,7 @@ ROUND_PHASES = PLAIN_PHASES + ASSISTED_PHASES
 # its 10th percentile is nearly its minimum) and for the overhead (measured when it was one figure
 # per run; its steps' median and 10th percentile are recorded since, docs/perf-gate.md).
 # Each also in CPU time (its twin, phases.CPU_TIME_OF), by the same statistic: under a co-tenant the
-# twins spread a quarter (the verification, the overhead) to three quarters as much a round as the wall clock
+# twins spread a quarter (the verification) to three quarters as much a round as the wall clock
 # and see a slower pass in full; the wall clock's stays for work that waits without running
 # (docs/perf-gate.md, "Which phase keeps the gate looking").
 GATED_PHASES = {phases.TARGET_STEP: "p10", phases.DRAFT_STEP: "p10", phases.VERIFY: "mean", phases.OVERHEAD: "mean",

@@ -139,10 +139,11 @@ def ab_chart(results: list[dict[str, Any]], path: Path) -> None:
     colors.update({cpu: colors[wall] for wall, cpu in phases.CPU_TIME_OF.items()})  # a phase's CPU time: hollow
     fig, axes = plt.subplots(len(results), 1, figsize=(9, 3.2 * len(results)), squeeze=False)
     for ax, r in zip(axes[:, 0], results):
-        spacing = 0.8 / max(len(r["ab"]["ratios"]), 1)  # a round's metrics side by side within it
+        metrics = len(r["ab"]["ratios"])
+        spacing = 0.8 / max(metrics, 1)  # a round's metrics side by side within it
         for i, (metric, ratios) in enumerate(r["ab"]["ratios"].items()):
             d = r["decisions"][metric]
-            x = [n + 1 + (i - len(r["ab"]["ratios"]) / 2) * spacing for n in range(len(ratios))]
+            x = [n + 1 + (i - metrics / 2) * spacing for n in range(len(ratios))]
             shown = paired.shown(d["change"], d["ci_low"], d["ci_high"], d.get("cost", False))
             hollow = metric in phases.CPU_TIME_OF.values()
             ax.scatter(x, ratios, s=12, alpha=0.6, edgecolors=colors.get(metric, "black"),
