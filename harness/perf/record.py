@@ -101,6 +101,17 @@ class Round:
         return cls(**values, counters={p: {k: int(c[k]) for k in COUNTERS} for p, c in counters.items()}, **optional)
 
 
+def worker_round(doc: Mapping[str, Any], source: str) -> tuple[Round, list[str]]:
+    """A round from a worker's answer, and the phases in it that this revision does not know: a newer
+    worker's (a base revision ahead of the working tree) are set aside, not refused, so that the gate
+    decides on what both arms report and says which it could not compare."""
+    reported = doc.get("phases")
+    unknown = sorted(set(reported) - set(ROUND_PHASES)) if isinstance(reported, Mapping) else []
+    if unknown:
+        doc = {**doc, "phases": {p: c for p, c in reported.items() if p in ROUND_PHASES}}
+    return Round.from_json(doc, source), unknown
+
+
 def _phases_from(doc: Any, source: str) -> dict[str, PhaseCost]:
     """A round's phases, each a PhaseCost of non-negative finite numbers; RecordError naming `source`."""
     if not isinstance(doc, Mapping) or not set(doc) <= set(ROUND_PHASES):

@@ -155,6 +155,29 @@ def test_a_base_whose_worker_predates_the_cpu_twins_is_compared_on_the_rest_with
                             "arm's worker does not report them (an older revision); decided on what both arms report"]
 
 
+class NewerWorker(RecordedArm):
+    """A base arm whose worker also reports a phase this revision does not know (a newer revision's)."""
+
+    def receive(self, op: str, *, timeout_s: float | None = None) -> dict:
+        answer = super().receive(op, timeout_s=timeout_s)
+        if op == "round":
+            answer["phases"] = {**answer["phases"], "kv_copy": {"calls": 9, "total_ms": 4.5, "median_ms": 0.5,
+                                                                 "low_ms": 0.4}}
+        return answer
+
+
+def test_a_base_whose_newer_worker_reports_an_unknown_phase_is_compared_on_the_rest_with_one_line_saying_so():
+    noisy = next(iter(Recording.load(CPU_NOISY).gates.values()))
+    settings = PerfSettings.from_matrix(registry.load_matrix())
+    combo = type("Combo", (), {"id": noisy.combination, "decoding": "greedy"})()
+    result = ab_gate(combo, settings, ABSettings(), NewerWorker("base", "main 0123456789ab", noisy.base_rounds),
+                     RecordedArm("candidate", "working-tree 0123456789ab", noisy.rounds)).run()
+    assert set(result.decisions) == set(METRICS) | set(GATED_PHASES)
+    assert result.notes == ["phases unknown to this revision, not compared: kv_copy from the base arm (a newer "
+                            "revision's worker); decided on what both arms report"]
+    assert all("kv_copy" not in r.phases for r in result.samples["base"])
+
+
 def test_a_smaller_slowdown_than_half_the_tolerance_is_not_a_regression():
     assert gate(slower("draft_step", 0.02)).outcome == Outcome.PASS
 

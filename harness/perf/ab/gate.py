@@ -31,7 +31,7 @@ from harness.perf.ab.arms import Arm, first_to_answer
 from harness.perf.ab.environment import Environment
 from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.ab.loadguard import LoadGuard
-from harness.perf.record import GATED_PHASES, METRICS, Round
+from harness.perf.record import GATED_PHASES, METRICS, Round, worker_round
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,7 @@ class ABGate:
         self.covering = False                 # it did in the round now measured
         self.covered: int | None = None       # rounds kept in which it did; None: no live arms side by side
         self.notes: list[str] = []            # said in the result, beside the phases' and the looks' notes
+        self.unknown: dict[str, set[str]] = {name: set() for name in self.arms}  # phases a newer worker reported
 
     def _load_all(self) -> None:
         """Load (and warm up) both arms' models at once, side by side on their cores in duet. Nothing
@@ -215,7 +216,8 @@ class ABGate:
         if self.covering:
             self.covered += 1
         for name, (answer, core) in answers.items():
-            r = Round.from_json(answer, f"{self.arms[name].label} round {index + 1}")
+            r, unknown = worker_round(answer, f"{self.arms[name].label} round {index + 1}")
+            self.unknown[name].update(unknown)
             self.samples[name].append(r if core is None else dataclasses.replace(r, cpu=core))
 
     def _in_turn(self, index: int) -> dict[str, tuple[dict[str, Any], int | None]]:
@@ -304,6 +306,14 @@ class ABGate:
                            "without plain steps, or workers older than the phase)")
         return f"phases not compared: {'; '.join(reasons)}; decided on what both arms report"
 
+    def unknown_note(self) -> str | None:
+        """One line naming the phases an arm's worker reported that this revision does not know, if any."""
+        said = [f"{', '.join(sorted(p))} from the {name} arm" for name, p in self.unknown.items() if p]
+        if not said:
+            return None
+        return (f"phases unknown to this revision, not compared: {'; '.join(said)} (a newer revision's worker); "
+                "decided on what both arms report")
+
     def counter_differences(self) -> list[str]:
         if self.combo.decoding != "greedy":
             return []
@@ -337,8 +347,8 @@ class ABGate:
         self.close()
         short = (f"the recording ends after {index} rounds, before the gate decided: what was still inconclusive "
                  "is UNDECIDED, as at a cap") if cut_short else None
-        notes = self.notes + [n for n in (self.stand_in_note(index), self.phase_note(), located(decisions, index),
-                                          short) if n]
+        notes = self.notes + [n for n in (self.stand_in_note(index), self.phase_note(), self.unknown_note(),
+                                          located(decisions, index), short) if n]
         environments = {name: arm.environment for name, arm in self.arms.items()}
         return ABResult(self.combo.id, self.described("base"), self.described("candidate"), decisions,
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,
