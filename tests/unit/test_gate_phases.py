@@ -17,7 +17,7 @@ from harness.perf.ab.gate import ABSettings, gating
 from harness.perf.ab.paired import PairedDecision
 from harness.perf.combinations import PerfSettings
 from harness.perf.outcome import Outcome
-from harness.perf.record import GATED_PHASES, METRICS, Round
+from harness.perf.record import GATED_PHASES, METRICS, RecordError, Round
 from harness.perf.replay import RecordedArm, Recording, ab_gate, power_row_rounds
 from harness.workload import registry
 
@@ -155,27 +155,62 @@ def test_a_base_whose_worker_predates_the_cpu_twins_is_compared_on_the_rest_with
                             "arm's worker does not report them (an older revision); decided on what both arms report"]
 
 
+KV_COPY = {"calls": 9, "total_ms": 4.5, "median_ms": 0.5, "low_ms": 0.4}
+
+
 class NewerWorker(RecordedArm):
-    """A base arm whose worker also reports a phase this revision does not know (a newer revision's)."""
+    """An arm whose worker answers as a newer revision's might: its phases passed through `change`."""
+
+    def __init__(self, name: str, described: str, rounds: list[Round], change):
+        super().__init__(name, described, rounds)
+        self.change = change
 
     def receive(self, op: str, *, timeout_s: float | None = None) -> dict:
         answer = super().receive(op, timeout_s=timeout_s)
         if op == "round":
-            answer["phases"] = {**answer["phases"], "kv_copy": {"calls": 9, "total_ms": 4.5, "median_ms": 0.5,
-                                                                 "low_ms": 0.4}}
+            answer["phases"] = self.change(answer["phases"])
         return answer
 
 
-def test_a_base_whose_newer_worker_reports_an_unknown_phase_is_compared_on_the_rest_with_one_line_saying_so():
+def newer_gate(change, arm: str = "base"):
+    """An A/A gate on the noisy recording whose `arm` answers with its phases passed through `change`."""
     noisy = next(iter(Recording.load(CPU_NOISY).gates.values()))
     settings = PerfSettings.from_matrix(registry.load_matrix())
     combo = type("Combo", (), {"id": noisy.combination, "decoding": "greedy"})()
-    result = ab_gate(combo, settings, ABSettings(), NewerWorker("base", "main 0123456789ab", noisy.base_rounds),
-                     RecordedArm("candidate", "working-tree 0123456789ab", noisy.rounds)).run()
+    base = (NewerWorker("base", "main 0123456789ab", noisy.base_rounds, change) if arm == "base"
+            else RecordedArm("base", "main 0123456789ab", noisy.base_rounds))
+    candidate = (NewerWorker("candidate", "working-tree 0123456789ab", noisy.rounds, change) if arm == "candidate"
+                 else RecordedArm("candidate", "working-tree 0123456789ab", noisy.rounds))
+    return ab_gate(combo, settings, ABSettings(), base, candidate).run()
+
+
+def test_a_base_whose_newer_worker_reports_an_unknown_phase_is_compared_on_the_rest_with_one_line_saying_so():
+    result = newer_gate(lambda phases: {**phases, "kv_copy": KV_COPY})
     assert set(result.decisions) == set(METRICS) | set(GATED_PHASES)
-    assert result.notes == ["phases unknown to this revision, not compared: kv_copy from the base arm (a newer "
-                            "revision's worker); decided on what both arms report"]
+    assert result.notes == ["phases unknown to this revision, not compared: kv_copy from the base arm (its worker is "
+                            "of a newer revision); decided on what both arms report"]
     assert all("kv_copy" not in r.phases for r in result.samples["base"])
+
+
+def test_a_phase_a_newer_base_renamed_is_said_once_as_the_newer_revisions():
+    result = newer_gate(lambda phases: {("draft_pass" if p == "draft_step" else p): c for p, c in phases.items()})
+    assert set(result.decisions) == set(METRICS) | set(GATED_PHASES) - {"draft_step"}
+    assert result.notes == ["phases not compared: draft_step: the base arm's worker does not report them (a newer "
+                            "revision); phases unknown to this revision, not compared: draft_pass from the base arm "
+                            "(its worker is of a newer revision); decided on what both arms report"]
+
+
+def test_a_base_reporting_only_phases_this_revision_does_not_know_is_decided_on_tokens_per_second():
+    result = newer_gate(lambda phases: {"kv_copy": KV_COPY})
+    assert set(result.decisions) == set(METRICS)
+    assert result.notes == [f"phases not compared: {', '.join(GATED_PHASES)}: the base arm's worker reports none this "
+                            "revision knows (a newer revision); phases unknown to this revision, not compared: kv_copy "
+                            "from the base arm (its worker is of a newer revision); decided on what both arms report"]
+
+
+def test_the_candidates_worker_is_this_trees_own_so_an_unknown_phase_from_it_is_an_error():
+    with pytest.raises(RecordError, match="candidate .*round 1: round field 'phases'"):
+        newer_gate(lambda phases: {**phases, "kv_copy": KV_COPY}, arm="candidate")
 
 
 def test_a_smaller_slowdown_than_half_the_tolerance_is_not_a_regression():

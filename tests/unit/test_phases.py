@@ -12,7 +12,7 @@ import pytest
 from harness.measure import phases
 from harness.measure.generate import measure_generation
 from harness.measure.phases import Call, PhaseCost
-from harness.perf.record import RecordError, Round
+from harness.perf.record import RecordError, Round, worker_round
 from harness.perf.plant import PlantedSlowdown
 from harness.workload.decode import DecodeSettings
 from tiny_models import perturbed, prompt, tiny_model
@@ -235,6 +235,12 @@ def test_a_round_carries_its_phases_and_refuses_malformed_ones():
                        ({"verify": {"calls": 1, "total_ms": -1.0, "median_ms": 1, "low_ms": 1}}, "verify")):
         with pytest.raises(RecordError, match=f"worker base: round (field|phase) '{field}'"):
             Round.from_json({**doc, "phases": bad}, "worker base")
+    # a worker's answer: a phase this revision does not know (a newer worker's) is set aside and named;
+    # malformed ones are refused as from a file
+    newer, unknown = worker_round({**doc, "phases": {**doc["phases"], "warp": {"calls": 1}}}, "worker base")
+    assert newer == r and unknown == ["warp"]
+    with pytest.raises(RecordError, match="worker base: round field 'phases'"):
+        worker_round({**doc, "phases": ["verify"]}, "worker base")
     with pytest.raises(RecordError, match="acceptance_by_position"):
         Round.from_json({**doc, "acceptance_by_position": [1.5]}, "worker base")
 

@@ -216,7 +216,9 @@ class ABGate:
         if self.covering:
             self.covered += 1
         for name, (answer, core) in answers.items():
-            r, unknown = worker_round(answer, f"{self.arms[name].label} round {index + 1}")
+            source = f"{self.arms[name].label} round {index + 1}"
+            # only the base may be another revision; the candidate's worker is this tree's own
+            r, unknown = worker_round(answer, source) if name == "base" else (Round.from_json(answer, source), [])
             self.unknown[name].update(unknown)
             self.samples[name].append(r if core is None else dataclasses.replace(r, cpu=core))
 
@@ -286,33 +288,44 @@ class ABGate:
         return {m: paired.decide(m, r, design, at_cap=at_cap, cost=m in GATED_PHASES) for m, r in ratios.items()}
 
     def phase_note(self) -> str | None:
-        """One line naming the gated phases the arms could not compare, if any, and why."""
+        """One line naming the gated phases the arms could not compare, and the phases an arm reported
+        that this revision does not know, if any, and why."""
         missing = [p for p in GATED_PHASES if p not in self.compared_phases()]
-        if not missing:
+        unknown = [f"{', '.join(sorted(p))} from the {name} arm" for name, p in self.unknown.items() if p]
+        if not missing and not unknown:
             return None
-        silent = [name for name, rounds in self.samples.items() if rounds and not all(r.phases for r in rounds)]
-        if silent:
-            why = f"the {' and '.join(silent)} arm's worker does not report phases (an older revision, or untimed: a GPU)"
-            return f"phases not compared: {', '.join(missing)}: {why}; decided on what both arms report"
-        has = {name: {p for p in missing if all(p in r.phases for r in rounds)} for name, rounds in self.samples.items()}
-        reasons = []
-        for name in self.samples:
-            older = [p for p in missing if p not in has[name] and any(p in h for h in has.values())]
-            if older:
-                reasons.append(f"{', '.join(older)}: the {name} arm's worker does not report them (an older revision)")
-        neither = [p for p in missing if not any(p in h for h in has.values())]
-        if neither:
-            reasons.append(f"{', '.join(neither)}: not in every round of either arm (a combination without a draft or "
-                           "without plain steps, or workers older than the phase)")
-        return f"phases not compared: {'; '.join(reasons)}; decided on what both arms report"
 
-    def unknown_note(self) -> str | None:
-        """One line naming the phases an arm's worker reported that this revision does not know, if any."""
-        said = [f"{', '.join(sorted(p))} from the {name} arm" for name, p in self.unknown.items() if p]
-        if not said:
-            return None
-        return (f"phases unknown to this revision, not compared: {'; '.join(said)} (a newer revision's worker); "
-                "decided on what both arms report")
+        def revision(name: str) -> str:
+            return "a newer revision" if self.unknown[name] else "an older revision"
+
+        parts = []
+        silent = [name for name, rounds in self.samples.items() if rounds and not all(r.phases for r in rounds)]
+        if missing and silent:
+            older = [n for n in silent if not self.unknown[n]]
+            newer = [n for n in silent if self.unknown[n]]
+            whys = []
+            if older:
+                whys.append(f"the {' and '.join(older)} arm's worker does not report phases (an older revision, or "
+                            "untimed: a GPU)")
+            if newer:
+                whys.append(f"the {' and '.join(newer)} arm's worker reports none this revision knows (a newer revision)")
+            parts.append(f"phases not compared: {', '.join(missing)}: {'; '.join(whys)}")
+        elif missing:
+            has = {name: {p for p in missing if all(p in r.phases for r in rounds)} for name, rounds in self.samples.items()}
+            reasons = []
+            for name in self.samples:
+                lacking = [p for p in missing if p not in has[name] and any(p in h for h in has.values())]
+                if lacking:
+                    reasons.append(f"{', '.join(lacking)}: the {name} arm's worker does not report them ({revision(name)})")
+            neither = [p for p in missing if not any(p in h for h in has.values())]
+            if neither:
+                reasons.append(f"{', '.join(neither)}: not in every round of either arm (a combination without a draft or "
+                               "without plain steps, or workers older than the phase)")
+            parts.append(f"phases not compared: {'; '.join(reasons)}")
+        if unknown:
+            parts.append(f"phases unknown to this revision, not compared: {'; '.join(unknown)} (its worker is of a newer "
+                         "revision)")
+        return "; ".join(parts) + "; decided on what both arms report"
 
     def counter_differences(self) -> list[str]:
         if self.combo.decoding != "greedy":
@@ -347,8 +360,8 @@ class ABGate:
         self.close()
         short = (f"the recording ends after {index} rounds, before the gate decided: what was still inconclusive "
                  "is UNDECIDED, as at a cap") if cut_short else None
-        notes = self.notes + [n for n in (self.stand_in_note(index), self.phase_note(), self.unknown_note(),
-                                          located(decisions, index), short) if n]
+        notes = self.notes + [n for n in (self.stand_in_note(index), self.phase_note(), located(decisions, index),
+                                          short) if n]
         environments = {name: arm.environment for name, arm in self.arms.items()}
         return ABResult(self.combo.id, self.described("base"), self.described("candidate"), decisions,
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,
