@@ -35,11 +35,15 @@ TWINS = set(CPU_TIME_OF.values())  # the phases in CPU time
 NOISY = DATA.parent / "ab_power_avx2_duet-swap0.05-standin_noisy_k16-fused-c0.6.jsonl"
 
 
-def gate(candidate: list[Round], base: list[Round] | None = None, **ab):
+def run_gate(base: RecordedArm, candidate: RecordedArm, combination: str = AA.combination, **ab):
     settings = PerfSettings.from_matrix(registry.load_matrix())
-    combo = type("Combo", (), {"id": AA.combination, "decoding": "greedy"})()
-    return ab_gate(combo, settings, ABSettings(**ab), RecordedArm("base", "HEAD 0123456789ab", base or AA.base_rounds),
-                   RecordedArm("candidate", "working-tree 0123456789ab", candidate)).run()
+    combo = type("Combo", (), {"id": combination, "decoding": "greedy"})()
+    return ab_gate(combo, settings, ABSettings(**ab), base, candidate).run()
+
+
+def gate(candidate: list[Round], base: list[Round] | None = None, **ab):
+    return run_gate(RecordedArm("base", "HEAD 0123456789ab", base or AA.base_rounds),
+                    RecordedArm("candidate", "working-tree 0123456789ab", candidate), **ab)
 
 
 def slower(phase: str, fraction: float) -> list[Round]:
@@ -175,13 +179,11 @@ class NewerWorker(RecordedArm):
 def newer_gate(change, arm: str = "base"):
     """An A/A gate on the noisy recording whose `arm` answers with its phases passed through `change`."""
     noisy = next(iter(Recording.load(CPU_NOISY).gates.values()))
-    settings = PerfSettings.from_matrix(registry.load_matrix())
-    combo = type("Combo", (), {"id": noisy.combination, "decoding": "greedy"})()
     base = (NewerWorker("base", "main 0123456789ab", noisy.base_rounds, change) if arm == "base"
             else RecordedArm("base", "main 0123456789ab", noisy.base_rounds))
     candidate = (NewerWorker("candidate", "working-tree 0123456789ab", noisy.rounds, change) if arm == "candidate"
                  else RecordedArm("candidate", "working-tree 0123456789ab", noisy.rounds))
-    return ab_gate(combo, settings, ABSettings(), base, candidate).run()
+    return run_gate(base, candidate, noisy.combination)
 
 
 def test_a_base_whose_newer_worker_reports_an_unknown_phase_is_compared_on_the_rest_with_one_line_saying_so():

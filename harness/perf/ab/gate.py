@@ -142,7 +142,7 @@ class ABGate:
         self.covering = False                 # it did in the round now measured
         self.covered: int | None = None       # rounds kept in which it did; None: no live arms side by side
         self.notes: list[str] = []            # said in the result, beside the phases' and the looks' notes
-        self.unknown: dict[str, set[str]] = {name: set() for name in self.arms}  # phases a newer worker reported
+        self.unknown: set[str] = set()        # phases the base's worker reported that this revision does not know
 
     def _load_all(self) -> None:
         """Load (and warm up) both arms' models at once, side by side on their cores in duet. Nothing
@@ -217,9 +217,11 @@ class ABGate:
             self.covered += 1
         for name, (answer, core) in answers.items():
             source = f"{self.arms[name].label} round {index + 1}"
-            # only the base may be another revision; the candidate's worker is this tree's own
-            r, unknown = worker_round(answer, source) if name == "base" else (Round.from_json(answer, source), [])
-            self.unknown[name].update(unknown)
+            if name == "base":  # only the base may be a newer revision; the candidate's worker is this tree's own
+                r, unknown = worker_round(answer, source)
+                self.unknown.update(unknown)
+            else:
+                r = Round.from_json(answer, source)
             self.samples[name].append(r if core is None else dataclasses.replace(r, cpu=core))
 
     def _in_turn(self, index: int) -> dict[str, tuple[dict[str, Any], int | None]]:
@@ -288,27 +290,25 @@ class ABGate:
         return {m: paired.decide(m, r, design, at_cap=at_cap, cost=m in GATED_PHASES) for m, r in ratios.items()}
 
     def phase_note(self) -> str | None:
-        """One line naming the gated phases the arms could not compare, and the phases an arm reported
-        that this revision does not know, if any, and why."""
+        """One line naming the gated phases the arms could not compare, and the phases the base's
+        worker reported that this revision does not know, if any, and why."""
         missing = [p for p in GATED_PHASES if p not in self.compared_phases()]
-        unknown = [f"{', '.join(sorted(p))} from the {name} arm" for name, p in self.unknown.items() if p]
-        if not missing and not unknown:
+        if not missing and not self.unknown:
             return None
 
-        def revision(name: str) -> str:
-            return "a newer revision" if self.unknown[name] else "an older revision"
+        def newer(name: str) -> bool:
+            return name == "base" and bool(self.unknown)
 
         parts = []
         silent = [name for name, rounds in self.samples.items() if rounds and not all(r.phases for r in rounds)]
         if missing and silent:
-            older = [n for n in silent if not self.unknown[n]]
-            newer = [n for n in silent if self.unknown[n]]
+            older = [n for n in silent if not newer(n)]
             whys = []
             if older:
                 whys.append(f"the {' and '.join(older)} arm's worker does not report phases (an older revision, or "
                             "untimed: a GPU)")
-            if newer:
-                whys.append(f"the {' and '.join(newer)} arm's worker reports none this revision knows (a newer revision)")
+            if "base" in silent and newer("base"):
+                whys.append("the base arm's worker reports none this revision knows (a newer revision)")
             parts.append(f"phases not compared: {', '.join(missing)}: {'; '.join(whys)}")
         elif missing:
             has = {name: {p for p in missing if all(p in r.phases for r in rounds)} for name, rounds in self.samples.items()}
@@ -316,15 +316,16 @@ class ABGate:
             for name in self.samples:
                 lacking = [p for p in missing if p not in has[name] and any(p in h for h in has.values())]
                 if lacking:
-                    reasons.append(f"{', '.join(lacking)}: the {name} arm's worker does not report them ({revision(name)})")
+                    age = "a newer" if newer(name) else "an older"
+                    reasons.append(f"{', '.join(lacking)}: the {name} arm's worker does not report them ({age} revision)")
             neither = [p for p in missing if not any(p in h for h in has.values())]
             if neither:
                 reasons.append(f"{', '.join(neither)}: not in every round of either arm (a combination without a draft or "
                                "without plain steps, or workers older than the phase)")
             parts.append(f"phases not compared: {'; '.join(reasons)}")
-        if unknown:
-            parts.append(f"phases unknown to this revision, not compared: {'; '.join(unknown)} (its worker is of a newer "
-                         "revision)")
+        if self.unknown:
+            parts.append(f"phases unknown to this revision, not compared: {', '.join(sorted(self.unknown))} from the base "
+                         "arm (its worker is of a newer revision)")
         return "; ".join(parts) + "; decided on what both arms report"
 
     def counter_differences(self) -> list[str]:
