@@ -203,8 +203,8 @@ postgres-tools:
 
 sandbox-tools:
 	@command -v bwrap >/dev/null && echo "bwrap already installed" || \
-	  { if [ "$$(id -u)" = 0 ]; then apt-get install -y bubblewrap; \
-	    elif command -v sudo >/dev/null; then sudo apt-get install -y bubblewrap; \
+	  { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
+	    elif command -v sudo >/dev/null; then sudo apt-get update -qq && sudo apt-get install -y -qq bubblewrap; \
 	    else echo "install the Debian package bubblewrap (needs root)"; exit 1; fi; }
 
 # The hostile completions on this machine's backend, and the 164 canonical solutions.

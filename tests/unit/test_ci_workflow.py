@@ -5,7 +5,8 @@ workflow schema (check-jsonschema's vendored copy) and by zizmor's audits at the
 (template injection, token permissions, unpinned actions, credentials left in the checkout). Both
 linters install from PyPI with the project's dev extras; a missing one fails the test. Then what the
 suite itself needs from CI, each of which a default workflow gets wrong: the history for the
-reference commit, CI=true, the model cache where the harness looks, make test, results kept.
+reference commit, CI=true, the model cache where the harness looks, the system packages a runner
+that is not root lacks, make test, the history and the results kept whatever the verdict.
 """
 
 from __future__ import annotations
@@ -71,7 +72,14 @@ def test_the_workflow_gives_the_suite_what_it_needs():
     cache = next(s for s in steps if s.get("uses", "").startswith("actions/cache@"))
     assert cache["with"]["path"] == job["env"]["HARNESS_CACHE_DIR"], "the cache must be where the harness looks"
     runs = [s.get("run", "") for s in steps]
-    assert any(r.startswith("make test") and "JUNIT_DIR=" in r for r in runs)
+    test = next(i for i, r in enumerate(runs) if r.startswith("make test") and "JUNIT_DIR=" in r)
+    # the runner is not root: the PostgreSQL server and bubblewrap are installed before make test
+    assert any("postgres-tools" in r and "sandbox-tools" in r for r in runs[:test])
+    # the history is saved whatever the verdict: a failed gate's rounds belong in it too
+    restore = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/cache/restore@"))
+    save = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/cache/save@"))
+    assert restore < test < save and steps[save]["if"] == "always()"
+    assert steps[restore]["with"]["path"] == steps[save]["with"]["path"] == "results/history.sqlite"
     upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
     assert upload["if"] == "always()" and upload["with"]["path"] == "results/"
     assert job["timeout-minutes"] >= 60
