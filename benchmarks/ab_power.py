@@ -80,6 +80,9 @@ def parse_args(argv):
     p.add_argument("--duet-swap", type=float, default=duet.SWAP_S, metavar="SECONDS",
                    help=f"the gate's --perf-duet-swap: side by side, the arms exchange cores every SECONDS within a "
                         f"round (default {duet.SWAP_S:g}; 0: between rounds only, as every gate before it)")
+    p.add_argument("--duet-sync", action="store_true",
+                   help="the gate's --perf-duet-sync on: side by side, both arms start each run of a round together "
+                        "(its rows keep synced_rounds; keep them in a file of their own)")
     p.add_argument("--restart-every", type=int, default=ABSettings().restart_every, help="rounds per worker pair")
     p.add_argument("--condition", default=None,
                    help="what else ran on the host, a label kept in each row (default: noisy under "
@@ -125,6 +128,12 @@ def has_stand_in(row: dict) -> bool:
     """The gate ran side by side with the stand-in (harness/perf/ab/duet.py), even if it could not start
     it (`stand_in_rounds` 0); rows kept before 2026-12-02 have no count."""
     return row.get("stand_in_rounds") is not None
+
+
+def synced(row: dict) -> bool:
+    """The gate was asked to start each run of a round in both arms together (--duet-sync), whether or
+    not the base's worker could (`synced_rounds` 0)."""
+    return row.get("synced_rounds") is not None
 
 
 def takes_gates(mode: str, stand_in: bool) -> bool:
@@ -175,9 +184,12 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
     result = gate_class(combo, settings, Arm("base", base, env=plan.env(), environment=base_env),
                         Arm("candidate", candidate, env=plan.env(), environment=candidate_env),
                         load_request, ab, guard=LoadGuard(noise=noise), plan=plan).run(progress)
+    if result.synced_rounds == 0:
+        raise SystemExit(f"--duet-sync: {'; '.join(result.notes)}: its gates would not be the setup --duet-sync names, "
+                         "so none is kept")
     return {"level": level, "into": into, "tolerance": tolerance, "outcome": result.outcome.value, "rounds": result.rounds, "redone": result.redone,
             "restart_every": ab.restart_every, "looks": looks_of(settings), "mode": result.mode, "swap_s": result.swap_s,
-            "stand_in_rounds": result.stand_in_rounds,
+            "stand_in_rounds": result.stand_in_rounds, "synced_rounds": result.synced_rounds,
             "cpu_class": matrix.cpu_class,
             # which host of the class: one model name may cover several generations (an "AMD EPYC" VM)
             "cpu": {"model": capability.cpuinfo()[0], "generation": capability.cpu_generation()},
@@ -326,13 +338,13 @@ def main(argv=None) -> int:
         settings = dataclasses.replace(settings, batch=args.batch)
     levels = [parse_level(x) for x in args.levels.split(",")]
     try:
-        plan = duet.plan(args.duet, swap_s=args.duet_swap)
+        plan = duet.plan(args.duet, swap_s=args.duet_swap, sync=args.duet_sync)
     except duet.DuetError as exc:
         raise SystemExit(str(exc).replace("--perf-duet", "--duet")) from None
     kept = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
     # this combination, mode, host condition and CPU class: A/A rounds at any tolerance, gates at this one
     same = [g for g in kept if g.get("combination") == combo.id and g.get("mode", "interleaved") == plan.mode
-            and g.get("swap_s") == plan.swap_s
+            and g.get("swap_s") == plan.swap_s and synced(g) == (plan.sync and plan.duet)
             and g.get("condition", "quiet") == args.condition and g.get("cpu_class", matrix.cpu_class) == matrix.cpu_class]
     done = [g for g in same if g.get("tolerance", ABSettings().tolerance) == args.tolerance
             and same_looks(g, settings)]

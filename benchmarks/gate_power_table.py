@@ -82,6 +82,7 @@ class Group:
     looks: tuple[int, int, int]  # first look, rounds between looks, cap
     swap_s: float | None = None  # side by side: the arms' exchange of cores within a round (None: between rounds)
     stand_in: bool = False  # side by side with the stand-in on the core of the arm that finished first
+    synced: bool = False  # side by side, both arms asked to start each run of a round together (--duet-sync)
 
     @property
     def pair(self) -> str:
@@ -93,6 +94,7 @@ class Group:
         looks = "+".join(map(str, self.looks))
         swap = f"|swap {self.swap_s:g}" if self.swap_s else ""
         swap += "|stand-in" if self.stand_in else ""
+        swap += "|sync" if self.synced else ""
         return (f"{self.file}|{self.cpu_class}|{self.condition}|{self.mode}{swap}|{self.combination}|"
                 f"{self.tolerance:g}|{looks}")
 
@@ -114,7 +116,8 @@ def group_of(file: str, row: dict, default_looks: tuple[int, int, int]) -> Group
     return Group(file, row.get("cpu_class", "?"), row.get("condition", "quiet"), row.get("mode", "interleaved"),
                  row["combination"], row.get("tolerance") or ABSettings().tolerance,
                  (looks.get("rounds", default_looks[0]), looks.get("batch", default_looks[1]),
-                  looks.get("max_rounds", default_looks[2])), row.get("swap_s"), ab_power.has_stand_in(row))
+                  looks.get("max_rounds", default_looks[2])), row.get("swap_s"), ab_power.has_stand_in(row),
+                 ab_power.synced(row))
 
 
 def grouped(rows: list[tuple[str, dict]], default_looks: tuple[int, int, int]) -> dict[Group, dict[Level, list[dict]]]:
@@ -390,7 +393,7 @@ TARGETS = (Target("A/A", 0.10, "target", 0.0), Target("target 10%", 0.10, "targe
            Target("two environments", 0.10, ab_power.ENV, 0.0), Target("env 10%", 0.10, ab_power.ENV, 0.10))
 
 # The setup the gate runs side by side by default today: the default exchange of cores, with the stand-in.
-TODAY = {"mode": "duet", "swap_s": duet.SWAP_S, "stand_in": True}
+TODAY = {"mode": "duet", "swap_s": duet.SWAP_S, "stand_in": True, "synced": False}
 
 
 def todays_setup(group: Group) -> bool:
@@ -425,14 +428,14 @@ def closeness(group: Group) -> tuple:
     """How close a group's setup is to today's, for max(): side by side, then with the stand-in, then at
     today's exchange, then exchanging within rounds at all."""
     return (group.mode == TODAY["mode"], group.stand_in == TODAY["stand_in"], group.swap_s == TODAY["swap_s"],
-            bool(group.swap_s))
+            bool(group.swap_s), group.synced == TODAY["synced"])
 
 
 def setup_name(group: Group) -> str:
     if group.mode != "duet":
         return "in turn"
     swap = f"exchange every {group.swap_s:g} s" if group.swap_s else "exchange between rounds"
-    return swap + (", stand-in" if group.stand_in else ", no stand-in")
+    return swap + (", stand-in" if group.stand_in else ", no stand-in") + (", runs started together" if group.synced else "")
 
 
 def glance(cells: dict[tuple[str, str, Target], list[tuple[Group, Level, str]]], classes: list[str]) -> list[str]:
@@ -472,6 +475,7 @@ def glance(cells: dict[tuple[str, str, Target], list[tuple[Group, Level, str]]],
 
 def command(group: Group, levels: list[Level], default_looks: tuple[int, int, int]) -> str:
     arms = f"on --duet-swap {group.swap_s or 0:g}" if group.mode == "duet" else "off"
+    arms += " --duet-sync" if group.synced else ""
     flags = [f"--pair {group.pair}", f"--duet {arms}", f"--levels {','.join(level_arg(level) for level in levels)}"]
     if group.tolerance != ABSettings().tolerance:
         flags.append(f"--tolerance {group.tolerance:g}")

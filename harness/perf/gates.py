@@ -374,7 +374,7 @@ def _ab_result(session: PerfSession, combo: Combination, result: ABResult) -> Co
                       base_rounds=result.samples["base"], ratios=result.ratios, redone=result.redone,
                       restarts=result.restarts, behaviour_changes=result.counter_differences,
                       environments=_environments(result), swap_s=result.swap_s,
-                      stand_in_rounds=result.stand_in_rounds)
+                      stand_in_rounds=result.stand_in_rounds, synced_rounds=result.synced_rounds)
     return CombinationResult(combo.id, session.platform_id(combo.device), "ab", result.outcome, cand,
                              acceptance_rate=acceptance_rate(cand[0].counters), notes=result.notes,
                              decisions={m: d.as_dict() for m, d in result.decisions.items()}, ab=detail)

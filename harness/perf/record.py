@@ -172,6 +172,10 @@ class ABDetail:
     # live side by side: the rounds in which the stand-in (harness/perf/ab/standin.py) took the core of the arm
     # that finished first (0: it could not start, said in the notes); None: in turn, replayed, or before schema 7
     stand_in_rounds: int | None = None
+    # live side by side with --perf-duet-sync on: the rounds in which both arms started each run (a prompt in one
+    # mode) together (0: the base's worker cannot, said in the notes); None: not asked, in turn, replayed, or
+    # before schema 8
+    synced_rounds: int | None = None
 
 
 @dataclass

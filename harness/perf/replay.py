@@ -80,6 +80,7 @@ _UPGRADES: dict[int, Callable[[dict], dict]] = {
     4: _each_result(_with_null("environments")),        # before A/B results named the arms' environments
     5: _each_result(_with_null("swap_s")),              # before side-by-side arms exchanged cores within a round
     6: _each_result(_with_null("stand_in_rounds")),     # before the stand-in covered the arm that finished first
+    7: _each_result(_with_null("synced_rounds")),       # before the arms could start each run of a round together
 }
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import datetime as _dt
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,19 +84,26 @@ class Runner:
     def warmup(self) -> None:
         interleave.warm_up((PLAIN, self.combo.mode), self._run, self.inputs, self.decode, device=self.combo.device)
 
-    def round(self) -> Round:
-        """One sample of every metric: each prompt plain and assisted, order alternating by round."""
+    def round(self, between: Callable[[int], None] | None = None) -> Round:
+        """One sample of every metric: each prompt plain and assisted, order alternating by round.
+        `between(k)` is called after the k-th run (from 1) of every run but the last: side by side,
+        the worker waits there for the other arm (harness/perf/ab/worker.py). The tokens/s and the
+        phases time the runs only; the round's wall time holds the waits too."""
         n = self.samples.rounds()
         order = interleave.abba((PLAIN, self.combo.mode), n)
         decode_s = {PLAIN: 0.0, self.combo.mode: 0.0}
         decode_tokens = {PLAIN: 0, self.combo.mode: 0}
         counters: dict[str, dict[str, int]] = {}
         runs: dict[str, list[GenerationResult]] = {PLAIN: [], self.combo.mode: []}
+        total, done_runs = len(self.prompts) * len(order), 0
         cpu0, t0 = time.process_time(), time.perf_counter()
         for prompt, ids in zip(self.prompts, self.inputs):
             settings = dataclasses.replace(self.decode, seed=n)  # sampled: same seed for both modes
             for mode in order:
                 r = self._run(mode, ids, settings)
+                done_runs += 1
+                if between is not None and done_runs < total:
+                    between(done_runs)
                 runs[mode].append(r)
                 decode_s[mode] += r.decode_s
                 decode_tokens[mode] += r.decode_tokens

@@ -146,6 +146,27 @@ def test_a_live_gate_runs_end_to_end_and_its_replay_decides_the_same(tiny, tmp_p
     assert f"replayed from {recording}" in again.stdout or rec["verdict"] == "pass"
 
 
+def test_side_by_side_runs_started_together_and_a_base_that_cannot_says_so(tiny):
+    """--perf-duet-sync on: every round of a live duet starts each of its runs in both arms together
+    (its count is the recording's synced_rounds); a base whose worker predates that (the reference
+    commit 3653dfa) runs each round through, and one note says so."""
+    live, rec = ab(tiny, "--perf-duet", "on", "--perf-duet-sync", "on", "--perf-repeats", "4", "--perf-max-repeats", "4")
+    assert rec, live.stdout[-3000:]
+    assert rec["ab"]["mode"] == "duet" and len(rec["rounds"]) == 4
+    assert rec["ab"]["synced_rounds"] == 4 and rec["ab"]["stand_in_rounds"] == 4, rec["notes"]
+    assert rec["ab"]["behaviour_changes"] == []  # the same runs, in the same order, in both arms
+    assert not any("--perf-duet-sync" in n for n in rec["notes"])
+    assert not workers_left()
+
+    old, rec = ab(tiny, "--perf-duet", "on", "--perf-duet-sync", "on", "--perf-repeats", "4", "--perf-max-repeats", "4",
+                  against="3653dfa")
+    assert rec, old.stdout[-3000:]
+    assert rec["ab"]["synced_rounds"] == 0 and len(rec["rounds"]) == 4
+    assert any(n.startswith("--perf-duet-sync on: the worker of base (3653dfa") and "each round together" in n
+               for n in rec["notes"]), rec["notes"]
+    assert not workers_left()
+
+
 def test_two_gates_at_once_on_one_repository_both_complete_one_after_the_other(tiny, tmp_path):
     """Two gates measuring at once would share the cores and both be wrong: the second waits on the
     repository's A/B gate lock, says for which process, and then runs."""

@@ -20,6 +20,14 @@ def test_on_with_one_core_is_a_one_line_error_naming_the_option():
         duet.plan("on", [3])
 
 
+def test_runs_started_together_need_the_arms_side_by_side():
+    with pytest.raises(duet.DuetError, match=r"^--perf-duet-sync on: the arms take turns under --perf-duet off, .*"
+                                             r"pass --perf-duet on or auto$"):
+        duet.plan("off", [0, 1], sync=True)
+    assert duet.plan("on", [0, 1], sync=True).sync and "each run of a round together" in duet.plan("on", [0, 1], sync=True).reason
+    assert not duet.plan("on", [0, 1]).sync
+
+
 def test_auto_falls_back_to_turns_and_says_so():
     p = duet.plan("auto", [5])
     assert p.mode == duet.INTERLEAVED and not p.duet and "the arms take turns" in p.reason and p.env() == {}
@@ -146,6 +154,26 @@ def test_a_substitute_takes_the_core_and_the_place_of_a_finished_arm(monkeypatch
     assert first.pids == (303, 202)
     with pytest.raises(ValueError):
         first.substitute(404, 505)  # not an arm of this round
+
+
+@pytest.mark.alone  # both cores, which a parallel worker pinned to one does not have
+@pytest.mark.skipif(len(affinity.allowed_cores()) < 2, reason="needs 2 cores to move processes between")
+def test_an_arm_given_its_place_back_never_shares_its_partners_core():
+    """The stand-in gives a waiting arm its place back (--perf-duet-sync): where an exchange stopped
+    half done (a process that ended), the count of exchanges no longer says which core is free, so
+    the arm goes to the core its partner does not hold."""
+    a, b = affinity.allowed_cores()[:2]
+    partner, standin, arm = (subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(3))
+    try:
+        duet.pin(partner.pid, a)
+        swapping = duet.Swapping((partner.pid, standin.pid), (a, b), 0.05)
+        swapping.swaps = 1  # one exchange counted, though the partner was never moved: the count says core a
+        swapping.substitute(standin.pid, arm.pid)
+        assert allowed(arm.pid) == {str(b)} and swapping.pids == (partner.pid, arm.pid)
+    finally:
+        for child in (partner, standin, arm):
+            child.kill()
+            child.wait()
 
 
 @pytest.mark.alone  # both cores, which a parallel worker pinned to one does not have

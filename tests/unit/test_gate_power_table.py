@@ -241,6 +241,12 @@ def test_a_target_column_holds_only_its_level(gpt):
     assert gpt.group_of("f.jsonl", {**row, "stand_in_rounds": 0}, (8, 8, 32)).stand_in  # tried, could not start
     assert not gpt.group_of("f.jsonl", {**row, "stand_in_rounds": None}, (8, 8, 32)).stand_in
     assert not gpt.group_of("f.jsonl", row, (8, 8, 32)).stand_in  # a row from before the stand-in
+    # runs started together (--duet-sync): a setup of its own, asked even where the base could not
+    synced = gpt.group_of("f.jsonl", {**row, "stand_in_rounds": 8, "synced_rounds": 0}, (8, 8, 32))
+    plain = gpt.group_of("f.jsonl", {**row, "stand_in_rounds": 8, "synced_rounds": None}, (8, 8, 32))
+    assert synced.synced and not plain.synced and synced.key != plain.key
+    assert gpt.todays_setup(plain) and not gpt.todays_setup(synced)
+    assert "--duet-sync" in gpt.command(synced, [("target", 0.1)], (8, 8, 32))
 
 
 def test_a_glue_level_holds_the_5_ms_target_only_where_it_plants_5_ms_a_step(gpt):

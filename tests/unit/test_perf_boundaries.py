@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -191,3 +192,25 @@ def test_a_host_far_from_the_baselines_host_is_deferred_not_passed(tmp_path):
     row = perf_report.summary_lines(session.results)[2]
     assert "DEFERRED" in row and "than the baseline's host: gate it A/B (make perf-ab)" in row
     assert json.loads((tmp_path / "reports" / "results.json").read_text())["results"][0]["verdict"] == "deferred"
+
+
+def test_a_round_waits_between_its_runs_where_asked_and_times_the_runs_only(tmp_path):
+    """Side by side with --perf-duet-sync on the worker waits for the other arm after every run of a
+    round but the last (harness/perf/ab/worker.py): each prompt in each mode is one run. Its
+    tokens/s time the runs, not the waits."""
+    matrix = registry.load_matrix(write_local_matrix(tmp_path))
+    combo = next(c for c in combinations(matrix) if c.pair == "tiny+draft")
+    runner = Runner(combo, load_pair(combo), PerfSettings.from_matrix(matrix, rounds=2, max_rounds=2))
+    runner.warmup()
+    calls: list[int] = []
+
+    def between(runs: int) -> None:
+        calls.append(runs)
+        time.sleep(1.0)
+
+    waited = runner.round(between)
+    total = 2 * len(runner.prompts)  # plain and assisted, each prompt
+    assert calls == list(range(1, total))
+    assert waited.wall_s >= 1.0 * len(calls)  # the round's wall time holds the waits
+    # a second of waiting a run, against runs of milliseconds: had it been timed, tokens/s would fall 10x
+    assert waited.plain_tokens_per_sec * 10 > runner.round().plain_tokens_per_sec

@@ -107,16 +107,20 @@ def test_recordings_of_every_earlier_schema_replay_and_a_swap_or_stand_in_out_of
     from harness.perf.replay import Recording
 
     detail = ABDetail("HEAD abc", "working tree def", "duet", [a_round(cpu=1)], {m: [1.0] for m in METRICS}, 0, 0, [],
-                      swap_s=0.25, stand_in_rounds=1)
+                      swap_s=0.25, stand_in_rounds=1, synced_rounds=1)
     doc = results_doc(CombinationResult("c", "p", "ab", Outcome.PASS, [a_round(cpu=0)], ab=detail))
     jsonio.validate(doc, report.SCHEMA, "results", ResultsError)
     for field, bad in (("swap_s", 0), ("swap_s", -0.25), ("swap_s", "0.25"),
-                       ("stand_in_rounds", -1), ("stand_in_rounds", 0.5), ("stand_in_rounds", "1")):
+                       ("stand_in_rounds", -1), ("stand_in_rounds", 0.5), ("stand_in_rounds", "1"),
+                       ("synced_rounds", -1), ("synced_rounds", 0.5), ("synced_rounds", "1")):
         broken = json.loads(json.dumps(doc))
         broken["results"][0]["ab"][field] = bad
         with pytest.raises(ResultsError, match=field):
             jsonio.validate(broken, report.SCHEMA, "results", ResultsError)
-    v6 = json.loads(json.dumps(doc))
+    v7 = json.loads(json.dumps(doc))
+    v7["schema_version"] = 7
+    del v7["results"][0]["ab"]["synced_rounds"]
+    v6 = json.loads(json.dumps(v7))
     v6["schema_version"] = 6
     del v6["results"][0]["ab"]["stand_in_rounds"]
     v5 = json.loads(json.dumps(v6))
@@ -133,7 +137,7 @@ def test_recordings_of_every_earlier_schema_replay_and_a_swap_or_stand_in_out_of
     v2 = json.loads(json.dumps(v3))
     v2["schema_version"] = 2
     del v2["provenance"]
-    for version, old in ((7, doc), (6, v6), (5, v5), (4, v4), (3, v3), (2, v2)):
+    for version, old in ((8, doc), (7, v7), (6, v6), (5, v5), (4, v4), (3, v3), (2, v2)):
         path = tmp_path / f"v{version}.json"
         path.write_text(json.dumps(old))
         gate = Recording.load(path).gates["c"]

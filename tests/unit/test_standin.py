@@ -163,7 +163,7 @@ def test_a_stand_in_that_cannot_start_leaves_the_count_at_zero_and_says_so_once(
 
     monkeypatch.setattr("harness.perf.ab.gate.StandIn", Failing)
     gate = ABGate.__new__(ABGate)
-    gate.plan = SimpleNamespace(duet=True, env=lambda: {})
+    gate.plan = SimpleNamespace(duet=True, env=lambda: {}, sync=False)
     gate.arms = {name: SimpleNamespace(start=lambda: None, process=SimpleNamespace(pid=1))
                  for name in ("base", "candidate")}
     gate.covered, gate.notes = None, []

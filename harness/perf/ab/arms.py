@@ -88,6 +88,7 @@ class Arm:
         self.failed = False  # an ArmError was raised: its message names the log, which is then kept
         self._buffer = b""  # what the worker wrote after the last full line
         self.starts = 0
+        self.features: frozenset[str] = frozenset()  # what its worker can do beyond the protocol (worker.FEATURES)
 
     @property
     def label(self) -> str:
@@ -109,6 +110,7 @@ class Arm:
             self.close()
             raise self._error(f"{self.label}: its worker speaks protocol {hello.get('protocol')}, this gate {PROTOCOL}; "
                               "compare against a revision of the same protocol")
+        self.features = frozenset(hello.get("features") or ())  # none from a worker that predates them
         if Path(str(hello.get("harness"))).resolve() != (self.tree.path / "harness").resolve():
             self.close()
             raise self._error(f"{self.label}: the worker imported {hello.get('harness')}, not its tree's harness; is "

@@ -18,6 +18,7 @@ every thread it has), so a base revision from before duet runs side by side too.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from harness.core.errors import UnsupportedHereError
 
 OPTION = "--perf-duet"
 SWAP_OPTION = "--perf-duet-swap"
+SYNC_OPTION = "--perf-duet-sync"
 CHOICES = ("on", "off", "auto")
 SWAP_S = 0.05       # the default period of the exchange within a round (docs/perf-gate.md, "Side by side (duet)")
 MIN_SWAP_S = 0.05   # shorter: the controller's wake-ups and the moves start to cost the arms
@@ -50,6 +52,7 @@ class Plan:
     reason: str                        # why this mode (a line of the run's notes)
     choice: str = "off"                # what --perf-duet asked for: on | off | auto
     swap_s: float | None = None        # DUET: the arms also exchange cores every swap_s seconds within a round
+    sync: bool = False                 # DUET: both arms start each run of a round (a prompt in one mode) together
 
     @property
     def duet(self) -> bool:
@@ -68,16 +71,19 @@ class Plan:
 IN_TURN = Plan(INTERLEAVED, None, f"{OPTION} off: the arms take turns, each with every core")
 
 
-def plan(choice: str, cores: list[int] | None = None, swap_s: float = SWAP_S) -> Plan:
-    """The mode for --perf-duet on|off|auto and --perf-duet-swap SECONDS (0: the arms swap cores
-    between rounds only). `on` with fewer than 2 cores is an error naming the option; `auto` runs
-    side by side when 2 cores are there, and says so either way."""
+def plan(choice: str, cores: list[int] | None = None, swap_s: float = SWAP_S, sync: bool = False) -> Plan:
+    """The mode for --perf-duet on|off|auto, --perf-duet-swap SECONDS (0: the arms swap cores
+    between rounds only) and --perf-duet-sync on|off. `on` with fewer than 2 cores is an error naming
+    the option; `auto` runs side by side when 2 cores are there, and says so either way."""
     if choice not in CHOICES:
         raise DuetError(f"{OPTION} {choice!r}: choose one of {', '.join(CHOICES)}")
     if not (swap_s == 0 or MIN_SWAP_S <= swap_s):  # also refuses NaN
         raise DuetError(f"{SWAP_OPTION} {swap_s:g}: give 0 (swap cores between rounds only) or a period of at "
                         f"least {MIN_SWAP_S:g} seconds (default {SWAP_S:g})")
     if choice == "off":
+        if sync:
+            raise DuetError(f"{SYNC_OPTION} on: the arms take turns under {OPTION} off, so there is nothing to start "
+                            f"together; pass {OPTION} on or auto")
         return IN_TURN
     cores = affinity.allowed_cores() if cores is None else cores
     if len(cores) < 2:
@@ -88,8 +94,10 @@ def plan(choice: str, cores: list[int] | None = None, swap_s: float = SWAP_S) ->
         return Plan(INTERLEAVED, None, f"{OPTION} auto: {why}: the arms take turns", choice)
     pair = (cores[0], cores[1])
     within = f", and every {swap_s:g} s within a round" if swap_s else f" ({SWAP_OPTION} 0)"
+    together = "; both start each run of a round together" if sync else ""
     return Plan(DUET, pair, f"{OPTION} {choice}: the arms run side by side, one thread each, on cores "
-                            f"{pair[0]} and {pair[1]}, swapping every round{within}", choice, swap_s or None)
+                            f"{pair[0]} and {pair[1]}, swapping every round{within}{together}", choice, swap_s or None,
+                sync)
 
 
 def for_device(run_plan: Plan, device: str, combination: str) -> Plan:
@@ -157,8 +165,19 @@ class Swapping:
         moved instead of it at every exchange (harness/perf/ab/standin.py: an arm's round has ended)."""
         with self._lock:
             i = self.pids.index(pid)
-            pin(other, self.cores[(i + self.swaps) % 2])  # after n exchanges, pids[i] is on cores[(i + n) % 2]
+            pin(other, self._across(self.pids[1 - i], self.cores[(i + self.swaps) % 2]))
             self.pids = (other, self.pids[1]) if i == 0 else (self.pids[0], other)
+
+    def _across(self, partner: int, expected: int) -> int:
+        """The core across from `partner`'s: after n exchanges pids[i] is on cores[(i + n) % 2]
+        (`expected`), unless an exchange stopped half done (a process that ended): then the core the
+        partner does not hold, so that two processes never share one."""
+        try:
+            held = os.sched_getaffinity(partner)
+        except OSError:  # the partner ended: nothing to share a core with
+            return expected
+        free = [core for core in self.cores if core not in held]
+        return free[0] if len(held) == 1 and len(free) == 1 else expected
 
     def _run(self) -> None:
         while not self._stop.wait(self.period):

@@ -27,10 +27,11 @@ from harness.measure import phases
 from harness.perf.ab import duet, paired
 from harness.perf.ab.standin import StandIn
 from harness.perf.outcome import Outcome, combine, settled
-from harness.perf.ab.arms import Arm, first_to_answer
+from harness.perf.ab.arms import Arm, ArmError, first_to_answer
 from harness.perf.ab.environment import Environment
 from harness.perf.combinations import Combination, PerfSettings
 from harness.perf.ab.loadguard import LoadGuard
+from harness.perf.ab.worker import SYNC
 from harness.perf.record import GATED_PHASES, METRICS, Round, worker_round
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ class ABResult:
     cut_short: bool = False                   # replayed: the recording ended before the gate decided
     stand_in_rounds: int | None = None        # live side by side: rounds whose first arm to finish the stand-in
     #                                           replaced; None: in turn, or replayed (no process to stand in for)
+    synced_rounds: int | None = None          # live side by side with --perf-duet-sync on: rounds whose runs both
+    #                                           arms started together (0: the base's worker cannot); else None
 
     @property
     def environment_changes(self) -> dict[str, tuple[str | None, str | None]]:
@@ -141,6 +144,8 @@ class ABGate:
         self.stand_in: StandIn | None = None  # duet: takes the core of the arm that finishes a round first
         self.covering = False                 # it did in the round now measured
         self.covered: int | None = None       # rounds kept in which it did; None: no live arms side by side
+        self.in_step = False                  # both arms started each run of the round now measured together
+        self.synced: int | None = None        # rounds kept in which they did; None: not asked, or no live duet
         self.notes: list[str] = []            # said in the result, beside the phases' and the looks' notes
         self.unknown: set[str] = set()        # phases the base's worker reported that this revision does not know
 
@@ -181,6 +186,12 @@ class ABGate:
                 self.stand_in = None
                 self.notes.append("side by side without a stand-in (it could not start: see the log): the arm that "
                                   "finished a round last ran its end alone")
+            if self.plan.sync:
+                self.synced = 0
+                if lacking := [arm.label for arm in self.arms.values() if SYNC not in arm.features]:
+                    self.notes.append(f"{duet.SYNC_OPTION} on: the worker of {' and '.join(lacking)} cannot start each "
+                                      "run of a round with the other arm (its revision predates that): the arms "
+                                      "started only each round together")
         self._load_all()
 
     def restart(self) -> None:
@@ -206,7 +217,7 @@ class ABGate:
             if self.stand_in and self.stand_in.pid:
                 pids.append(self.stand_in.pid)  # its work is the gate's own, not a disturbance
             before = self.guard.snapshot(pids)
-            self.covering = False
+            self.covering = self.in_step = False
             answers = self._side_by_side(index) if self.plan.duet else self._in_turn(index)
             why = self.guard.disturbance(before, self.guard.snapshot(pids))
             if why is None or attempt == MAX_REDOS_PER_ROUND:
@@ -215,6 +226,8 @@ class ABGate:
             log.info("%s: round %d disturbed (%s); measuring it again", self.combo.id, index, why)
         if self.covering:
             self.covered += 1
+        if self.in_step:
+            self.synced += 1
         for name, (answer, core) in answers.items():
             source = f"{self.arms[name].label} round {index + 1}"
             if name == "base":  # only the base may be a newer revision; the candidate's worker is this tree's own
@@ -234,10 +247,11 @@ class ABGate:
         """Duet: both arms' rounds at once, each on its core for this round; the first to finish is
         replaced on its core by the stand-in until the other finishes (harness/perf/ab/standin.py)."""
         cores = self._pin(index)
-        for arm in self.arms.values():
-            arm.send({"op": "round", "index": index})
         base, candidate = self.arms.values()
         live = base.process is not None and candidate.process is not None  # recorded arms have no process to move
+        in_step = live and self.synced is not None and all(SYNC in arm.features for arm in self.arms.values())
+        for arm in self.arms.values():
+            arm.send({"op": "round", "index": index, **({"sync": True} if in_step else {})})
         swapping = (self.swapping_class((base.process.pid, candidate.process.pid), (cores["base"], cores["candidate"]),
                                   self.plan.swap_s) if self.plan.swap_s and live else contextlib.nullcontext())
         deadline = time.monotonic() + base.timeout_s if live else None  # one round's time, both arms together
@@ -247,6 +261,10 @@ class ABGate:
 
         try:
             with swapping:
+                if in_step:
+                    answers = self._in_step(index, {name: swapping if self.plan.swap_s else cores[name]
+                                                    for name in self.arms}, left)
+                    return {name: (answers[name], cores[name]) for name in self.arms}
                 if live and self.stand_in and self.covers(index):
                     first = first_to_answer([base, candidate], left())
                     if first is not None:
@@ -257,6 +275,47 @@ class ABGate:
         finally:
             if self.stand_in:
                 self.stand_in.rest()
+
+    def _in_step(self, index: int, where: dict[str, Any], left: Callable[[], float | None]) -> dict[str, dict[str, Any]]:
+        """Both arms' round with each run started together: after every run but the last, a worker says
+        so and waits; the first to get there has the stand-in on its core until the other does too,
+        then both are told to go on. Without it a slower arm falls behind within the round, and each
+        arm's later runs meet the other's in another mode (docs/perf-gate.md, "The arms are not in step
+        within a round"). `where`: each arm's place for the stand-in (the exchange, or its core)."""
+        finals: dict[str, dict[str, Any]] = {}
+        waiting: dict[str, int] = {}  # arm -> runs done, at the barrier
+        covered: str | None = None
+        met = 0  # barriers both arms reached
+        names = {id(arm): name for name, arm in self.arms.items()}
+        while len(finals) < len(self.arms):
+            running = [arm for name, arm in self.arms.items() if name not in finals and name not in waiting]
+            arm = first_to_answer(running, left()) or running[0]  # none in time: receive() says so
+            name = names[id(arm)]
+            answer = arm.receive("round", timeout_s=left())
+            if "between" in answer:
+                waiting[name] = answer["between"]
+            else:
+                finals[name] = answer
+            if len(waiting) + len(finals) < len(self.arms):  # the other arm still runs: take this one's core
+                if covered is None and self.stand_in and self.covers(index):
+                    covered = name if self.stand_in.cover(arm.process.pid, where[name]) else None
+                    self.covering = self.covering or covered is not None
+                continue
+            if waiting and (finals or len(set(waiting.values())) > 1):
+                for each in self.arms.values():
+                    each.failed = True  # their logs are kept: the message names them
+                raise ArmError(f"{self.combo.id} round {index + 1}: the arms' rounds differ in their runs (runs done "
+                               f"by the arms that wait: {waiting}; finished: {sorted(finals)}; logs: "
+                               f"{', '.join(str(a.log_path) for a in self.arms.values())})")
+            if covered is not None:
+                self.stand_in.release(self.arms[covered].process.pid, where[covered])
+                covered = None
+            for name in list(waiting):
+                self.arms[name].send({"op": "go"})
+            met += bool(waiting)
+            waiting.clear()
+        self.in_step = met == 2 * len(self.prompt_ids) - 1  # every run but the first started together
+        return finals
 
     def stand_in_note(self, rounds: int) -> str | None:
         """Where the stand-in started but covered fewer of the `rounds` kept than it was to: how many (the
@@ -368,7 +427,8 @@ class ABGate:
                         self.ratios(), index, self.redone, self.restarts, self.samples, self.plan.mode,
                         self.counter_differences(), notes=notes,
                         environments=environments if all(environments.values()) else None,
-                        swap_s=self.plan.swap_s, cut_short=cut_short, stand_in_rounds=self.covered)
+                        swap_s=self.plan.swap_s, cut_short=cut_short, stand_in_rounds=self.covered,
+                        synced_rounds=self.synced)
 
     def described(self, name: str) -> str:
         """An arm as results name it: its revision and commit, and its environment where it has its own."""

@@ -89,7 +89,20 @@ class StandIn:
             log.warning("the stand-in cannot take arm %d's core (%s); it rests this round", pid, exc)
             return False
         self.running = self._say("run")
+        if not self.running and isinstance(where, duet.Swapping):
+            self.release(pid, where)  # it cannot work: the arm keeps its place in the exchange
         return self.running
+
+    def release(self, pid: int, where: duet.Swapping | int) -> None:
+        """Stop working and give arm `pid` its place back (it covered the arm's core while the arm
+        waited for the other between two runs of a round: harness/perf/ab/gate.py)."""
+        standin = self.pid
+        self.rest()
+        if isinstance(where, duet.Swapping) and standin is not None:
+            try:
+                where.substitute(standin, pid)
+            except (duet.DuetError, ValueError) as exc:
+                log.warning("arm %d cannot take its place back from the stand-in (%s)", pid, exc)
 
     def rest(self) -> None:
         """Stop working, and wait until it has (so that its last chunk stays out of the next round)."""

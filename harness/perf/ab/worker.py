@@ -9,10 +9,15 @@ which the controller sends. The protocol is JSON lines: one request on stdin, on
 stdout; logs go to stderr. A request is {"op": ..., ...}; every answer has "ok" and, when false, a
 one-line "error".
 
-    hello                               -> protocol version, this tree's harness folder, pid
+    hello                               -> protocol version, features, this tree's harness folder, pid
     load  combination, settings, matrix, plant?  -> prompt ids; models loaded, warmed up
-    round index                         -> one round: plain / assisted tokens/s, speedup, counters
+    round index, sync?                  -> one round: plain / assisted tokens/s, speedup, counters
     quit                                -> exits 0
+
+With "sync": true (feature "sync"), between two runs of the round (a prompt in one mode) the
+worker answers {"ok": true, "between": k} after its k-th run and waits for {"op": "go"} before the
+next: side by side, the controller starts each run of both arms together (docs/perf-gate.md, "The
+arms are not in step within a round"). A worker without the feature runs its round through.
 
 A revision whose tree has no such module predates the A/B gate and cannot be a base.
 """
@@ -27,6 +32,8 @@ import time
 from typing import Any
 
 PROTOCOL = 1
+SYNC = "sync"  # a round whose runs start when the controller says go (below)
+FEATURES = (SYNC,)  # what this worker can do beyond the protocol's requests (a base may predate them)
 
 log = logging.getLogger("harness.perf.ab.worker")
 
@@ -34,13 +41,15 @@ log = logging.getLogger("harness.perf.ab.worker")
 class Worker:
     """The state of one arm: its registry, its loaded pair and its round runner."""
 
-    def __init__(self) -> None:
+    def __init__(self, stdin: Any = None, stdout: Any = None) -> None:
         self.runner: Any = None
+        self.stdin, self.stdout = stdin, stdout  # a synchronised round talks to the controller between its runs
 
     def hello(self, request: dict[str, Any]) -> dict[str, Any]:
         import harness
 
-        return {"protocol": PROTOCOL, "harness": os.path.dirname(harness.__file__), "pid": os.getpid()}
+        return {"protocol": PROTOCOL, "features": list(FEATURES), "harness": os.path.dirname(harness.__file__),
+                "pid": os.getpid()}
 
     def load(self, request: dict[str, Any]) -> dict[str, Any]:
         from harness.workload import registry
@@ -60,14 +69,24 @@ class Worker:
     def round(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.runner is None:
             raise RuntimeError("round before load")
-        return self.runner.round().to_json()  # a harness.perf.record.Round
+        between = self.wait_for_go if request.get("sync") else None
+        return self.runner.round(between).to_json()  # a harness.perf.record.Round
+
+    def wait_for_go(self, runs: int) -> None:
+        """Say that `runs` runs of the round are done, and wait until the controller says go."""
+        print(json.dumps({"ok": True, "between": runs}), file=self.stdout, flush=True)
+        line = self.stdin.readline()
+        if not line:
+            raise EOFError("the controller went away in the middle of a round")
+        if json.loads(line).get("op") != "go":
+            raise ValueError(f"expected go between the runs of a round, got {line.strip()[:120]!r}")
 
 
 def serve(stdin: Any = sys.stdin, stdout: Any = sys.stdout) -> int:
     """Answer requests until quit or end of input. A failed request answers ok: false with the
     error on one line, and the worker goes on: the controller decides whether that ends the gate."""
-    worker = Worker()
-    for line in stdin:
+    worker = Worker(stdin, stdout)
+    for line in iter(stdin.readline, ""):
         if not line.strip():
             continue
         try:
