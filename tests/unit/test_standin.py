@@ -76,6 +76,9 @@ class FakeStandIn:
         self.calls.append(("cover", pid, where))
         return True
 
+    def release(self, pid, where):
+        self.calls.append(("release", pid, where))
+
     def rest(self):
         self.calls.append(("rest",))
 
@@ -99,6 +102,7 @@ def test_the_gate_covers_the_first_arm_to_finish_and_rests_the_stand_in_whatever
     answer = "print('{\"ok\": true}', flush=True)"
     gate = ABGate.__new__(ABGate)
     gate.plan, gate.stand_in = duet.plan("on", cores, swap_s=swap_s), FakeStandIn()
+    gate.synced = None  # each round through (--perf-duet-sync off)
     gate.arms = {"base": answering("base", "time.sleep(1); " + answer), "candidate": answering("candidate", answer)}
     started = list(gate.arms.values())
     try:
@@ -114,6 +118,49 @@ def test_the_gate_covers_the_first_arm_to_finish_and_rests_the_stand_in_whatever
         with pytest.raises(ArmError, match="the worker died during round"):
             gate._side_by_side(1)
         assert gate.stand_in.calls[-1] == ("rest",)
+    finally:
+        for arm in started:
+            arm.close(ask=False)
+
+
+# a worker of a round with two runs (one prompt, plain and assisted) under --perf-duet-sync on: after its
+# first run it says so and waits for go; its answer says how long it waited
+IN_STEP = ("print('{\"ok\": true, \"between\": 1}', flush=True); t = time.monotonic(); "
+           "assert sys.stdin.readline().strip() == '{\"op\": \"go\"}'; "
+           "print('{\"ok\": true, \"waited\": %f}' % (time.monotonic() - t), flush=True)")
+
+
+@pytest.mark.alone  # pins both cores
+@pytest.mark.skipif(len(affinity.allowed_cores()) < 2, reason="needs 2 cores for side-by-side arms")
+def test_runs_started_together_wait_for_the_slower_arm_with_the_stand_in_on_the_waiting_core():
+    """--perf-duet-sync on: the arm that finishes a run first waits until the other has too (the
+    stand-in on its core meanwhile, then its place given back), and only then do both go on."""
+    cores = affinity.allowed_cores()[:2]
+    gate = ABGate.__new__(ABGate)
+    gate.plan, gate.stand_in = duet.plan("on", cores, swap_s=0, sync=True), FakeStandIn()
+    gate.synced, gate.prompt_ids, gate.covering, gate.in_step = 0, ["p0"], False, False
+    gate.combo = SimpleNamespace(id="c")
+    gate.arms = {"base": answering("base", "time.sleep(1.5); " + IN_STEP), "candidate": answering("candidate", IN_STEP)}
+    for arm in gate.arms.values():
+        arm.features = frozenset({"sync"})
+    started = list(gate.arms.values())
+    try:
+        answers = gate._side_by_side(0)
+        waited = {name: answer["waited"] for name, (answer, _) in answers.items()}
+        assert waited["candidate"] > 1.0 > waited["base"], waited  # it waited for the base's first run
+        candidate = gate.arms["candidate"].process.pid
+        assert gate.stand_in.calls[:2] == [("cover", candidate, cores[1]), ("release", candidate, cores[1])]
+        assert gate.in_step and gate.covering
+        # a base whose round goes through without stopping (an older worker asked anyway): a broken step
+        gate.stand_in = FakeStandIn()
+        gate.arms = {"base": answering("base", "print('{\"ok\": true}', flush=True)"),
+                     "candidate": answering("candidate", IN_STEP)}
+        for arm in gate.arms.values():
+            arm.features = frozenset({"sync"})
+        started += gate.arms.values()
+        with pytest.raises(ArmError, match=r"round 1: the arms' rounds differ in their runs"):
+            gate._side_by_side(0)
+        assert all(arm.failed for arm in gate.arms.values())  # their logs are kept: the message names them
     finally:
         for arm in started:
             arm.close(ask=False)
