@@ -192,7 +192,8 @@ humaneval-full: fetch
 	    --json $(HE_OUT)/compare.json
 
 # bubblewrap: the sandbox's backend for a user who is not root (as root, the unshare backend needs
-# nothing installed). Without either, model-written code is refused (docs/sandbox.md).
+# nothing installed). Without either, model-written code is refused (docs/sandbox.md). Ubuntu 24.04 keeps
+# unprivileged user namespaces from bwrap unless kernel.apparmor_restrict_unprivileged_userns=0 (docs/ci.md).
 # PostgreSQL's server for the run history's tests (tests/unit/pgserver.py starts a throw-away one as an
 # unprivileged user): Debian's postgresql package, installed where it is missing.
 postgres-tools:

@@ -131,8 +131,8 @@ def has_stand_in(row: dict) -> bool:
 
 
 def synced(row: dict) -> bool:
-    """The gate was asked to start each run of a round in both arms together (--duet-sync), whether or
-    not the base's worker could (`synced_rounds` 0)."""
+    """The gate was asked to start each run of a round in both arms together (--duet-sync); rows where
+    the base's worker could not (`synced_rounds` 0) are not kept."""
     return row.get("synced_rounds") is not None
 
 

@@ -426,7 +426,7 @@ def todays_file(group: Group, *, env: bool | None = None) -> str:
 
 def closeness(group: Group) -> tuple:
     """How close a group's setup is to today's, for max(): side by side, then with the stand-in, then at
-    today's exchange, then exchanging within rounds at all."""
+    today's exchange, then exchanging within rounds at all, then starting runs together as today does (or not)."""
     return (group.mode == TODAY["mode"], group.stand_in == TODAY["stand_in"], group.swap_s == TODAY["swap_s"],
             bool(group.swap_s), group.synced == TODAY["synced"])
 

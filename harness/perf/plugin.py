@@ -121,7 +121,7 @@ def _add_duet(g: pytest.OptionGroup) -> None:
     g.addoption("--perf-duet-swap", type=float, default=duet.SWAP_S, metavar="SECONDS",
                 help=f"A/B gate side by side: the arms also exchange cores every SECONDS within a round, so that "
                      f"a spell of one core running slower falls on both (default {duet.SWAP_S:g}; 0: between rounds only)")
-    g.addoption("--perf-duet-sync", choices=("on", "off"), default="off",
+    g.addoption(duet.SYNC_OPTION, choices=("on", "off"), default="off",
                 help="A/B gate side by side: both arms start each run of a round (a prompt in one mode) together, the "
                      "first to finish waiting for the other with the stand-in on its core (on; where the base's worker "
                      "cannot, the arms start only each round together, and the notes say so), or only each round (off, default)")

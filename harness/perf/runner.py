@@ -84,9 +84,9 @@ class Runner:
     def warmup(self) -> None:
         interleave.warm_up((PLAIN, self.combo.mode), self._run, self.inputs, self.decode, device=self.combo.device)
 
-    def round(self, between: Callable[[int], None] | None = None) -> Round:
+    def round(self, between: Callable[[int, int], None] | None = None) -> Round:
         """One sample of every metric: each prompt plain and assisted, order alternating by round.
-        `between(k)` is called after the k-th run (from 1) of every run but the last: side by side,
+        `between(k, n)` is called after the k-th of its n runs (k from 1), but the last: side by side,
         the worker waits there for the other arm (harness/perf/ab/worker.py). The tokens/s and the
         phases time the runs only; the round's wall time holds the waits too."""
         n = self.samples.rounds()
@@ -103,7 +103,7 @@ class Runner:
                 r = self._run(mode, ids, settings)
                 done_runs += 1
                 if between is not None and done_runs < total:
-                    between(done_runs)
+                    between(done_runs, total)
                 runs[mode].append(r)
                 decode_s[mode] += r.decode_s
                 decode_tokens[mode] += r.decode_tokens

@@ -202,15 +202,15 @@ def test_a_round_waits_between_its_runs_where_asked_and_times_the_runs_only(tmp_
     combo = next(c for c in combinations(matrix) if c.pair == "tiny+draft")
     runner = Runner(combo, load_pair(combo), PerfSettings.from_matrix(matrix, rounds=2, max_rounds=2))
     runner.warmup()
-    calls: list[int] = []
+    calls: list[tuple[int, int]] = []
 
-    def between(runs: int) -> None:
-        calls.append(runs)
-        time.sleep(1.0)
+    def between(runs: int, of: int) -> None:
+        calls.append((runs, of))
+        time.sleep(0.3)
 
     waited = runner.round(between)
     total = 2 * len(runner.prompts)  # plain and assisted, each prompt
-    assert calls == list(range(1, total))
-    assert waited.wall_s >= 1.0 * len(calls)  # the round's wall time holds the waits
-    # a second of waiting a run, against runs of milliseconds: had it been timed, tokens/s would fall 10x
+    assert calls == [(k, total) for k in range(1, total)]
+    assert waited.wall_s >= 0.3 * len(calls)  # the round's wall time holds the waits
+    # 0.3 s of waiting a run, against runs of milliseconds: had it been timed, tokens/s would fall 10x
     assert waited.plain_tokens_per_sec * 10 > runner.round().plain_tokens_per_sec

@@ -125,7 +125,7 @@ def test_the_gate_covers_the_first_arm_to_finish_and_rests_the_stand_in_whatever
 
 # a worker of a round with two runs (one prompt, plain and assisted) under --perf-duet-sync on: after its
 # first run it says so and waits for go; its answer says how long it waited
-IN_STEP = ("print('{\"ok\": true, \"between\": 1}', flush=True); t = time.monotonic(); "
+IN_STEP = ("print('{\"ok\": true, \"between\": 1, \"of\": 2}', flush=True); t = time.monotonic(); "
            "assert sys.stdin.readline().strip() == '{\"op\": \"go\"}'; "
            "print('{\"ok\": true, \"waited\": %f}' % (time.monotonic() - t), flush=True)")
 
@@ -138,7 +138,7 @@ def test_runs_started_together_wait_for_the_slower_arm_with_the_stand_in_on_the_
     cores = affinity.allowed_cores()[:2]
     gate = ABGate.__new__(ABGate)
     gate.plan, gate.stand_in = duet.plan("on", cores, swap_s=0, sync=True), FakeStandIn()
-    gate.synced, gate.prompt_ids, gate.covering, gate.in_step = 0, ["p0"], False, False
+    gate.synced, gate.covering, gate.in_step = 0, False, False
     gate.combo = SimpleNamespace(id="c")
     gate.arms = {"base": answering("base", "time.sleep(1.5); " + IN_STEP), "candidate": answering("candidate", IN_STEP)}
     for arm in gate.arms.values():

@@ -91,7 +91,8 @@ def plan(choice: str, cores: list[int] | None = None, swap_s: float = SWAP_S, sy
                "(widen the CPU affinity, e.g. taskset -c 0,1)")
         if choice == "on":
             raise DuetError(f"{OPTION} on: {why}, or pass {OPTION} off")
-        return Plan(INTERLEAVED, None, f"{OPTION} auto: {why}: the arms take turns", choice)
+        alone = f"; {SYNC_OPTION} on has no arms side by side to start together" if sync else ""
+        return Plan(INTERLEAVED, None, f"{OPTION} auto: {why}: the arms take turns{alone}", choice)
     pair = (cores[0], cores[1])
     within = f", and every {swap_s:g} s within a round" if swap_s else f" ({SWAP_OPTION} 0)"
     together = "; both start each run of a round together" if sync else ""
@@ -110,8 +111,9 @@ def for_device(run_plan: Plan, device: str, combination: str) -> Plan:
     if run_plan.choice == "on":
         raise DuetError(f"{OPTION} on: {why}; pass {OPTION} auto (its arms then take turns) or off, "
                         "or gate the CPU combinations alone (--perf-platform cpu)")
+    alone = f"; {SYNC_OPTION} on has no arms side by side to start together" if run_plan.sync else ""
     return Plan(INTERLEAVED, None, f"{OPTION} auto: {device} combinations take turns, each arm with the whole "
-                                   "device (side by side both arms would share it)", run_plan.choice)
+                                   f"device (side by side both arms would share it){alone}", run_plan.choice)
 
 
 def pin(pid: int, core: int) -> None:

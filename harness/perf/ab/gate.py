@@ -245,7 +245,8 @@ class ABGate:
 
     def _side_by_side(self, index: int) -> dict[str, tuple[dict[str, Any], int | None]]:
         """Duet: both arms' rounds at once, each on its core for this round; the first to finish is
-        replaced on its core by the stand-in until the other finishes (harness/perf/ab/standin.py)."""
+        replaced on its core by the stand-in until the other finishes (harness/perf/ab/standin.py).
+        With --perf-duet-sync on and both workers able, each run of the round starts together (_in_step)."""
         cores = self._pin(index)
         base, candidate = self.arms.values()
         live = base.process is not None and candidate.process is not None  # recorded arms have no process to move
@@ -285,7 +286,7 @@ class ABGate:
         finals: dict[str, dict[str, Any]] = {}
         waiting: dict[str, int] = {}  # arm -> runs done, at the barrier
         covered: str | None = None
-        met = 0  # barriers both arms reached
+        met, runs = 0, None  # barriers both arms reached; the runs of the round, as the workers say
         names = {id(arm): name for name, arm in self.arms.items()}
         while len(finals) < len(self.arms):
             running = [arm for name, arm in self.arms.items() if name not in finals and name not in waiting]
@@ -293,7 +294,7 @@ class ABGate:
             name = names[id(arm)]
             answer = arm.receive("round", timeout_s=left())
             if "between" in answer:
-                waiting[name] = answer["between"]
+                waiting[name], runs = answer["between"], answer.get("of")
             else:
                 finals[name] = answer
             if len(waiting) + len(finals) < len(self.arms):  # the other arm still runs: take this one's core
@@ -314,7 +315,7 @@ class ABGate:
                 self.arms[name].send({"op": "go"})
             met += bool(waiting)
             waiting.clear()
-        self.in_step = met == 2 * len(self.prompt_ids) - 1  # every run but the first started together
+        self.in_step = runs is not None and met == runs - 1  # every run but the first started together
         return finals
 
     def stand_in_note(self, rounds: int) -> str | None:

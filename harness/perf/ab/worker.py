@@ -15,7 +15,7 @@ one-line "error".
     quit                                -> exits 0
 
 With "sync": true (feature "sync"), between two runs of the round (a prompt in one mode) the
-worker answers {"ok": true, "between": k} after its k-th run and waits for {"op": "go"} before the
+worker answers {"ok": true, "between": k, "of": n} after its k-th of n runs and waits for {"op": "go"} before the
 next: side by side, the controller starts each run of both arms together (docs/perf-gate.md, "The
 arms are not in step within a round"). A worker without the feature runs its round through.
 
@@ -72,9 +72,9 @@ class Worker:
         between = self.wait_for_go if request.get("sync") else None
         return self.runner.round(between).to_json()  # a harness.perf.record.Round
 
-    def wait_for_go(self, runs: int) -> None:
-        """Say that `runs` runs of the round are done, and wait until the controller says go."""
-        print(json.dumps({"ok": True, "between": runs}), file=self.stdout, flush=True)
+    def wait_for_go(self, runs: int, of: int) -> None:
+        """Say that `runs` of the round's `of` runs are done, and wait until the controller says go."""
+        print(json.dumps({"ok": True, "between": runs, "of": of}), file=self.stdout, flush=True)
         line = self.stdin.readline()
         if not line:
             raise EOFError("the controller went away in the middle of a round")
