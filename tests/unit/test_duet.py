@@ -26,6 +26,11 @@ def test_runs_started_together_need_the_arms_side_by_side():
         duet.plan("off", [0, 1], sync=True)
     assert duet.plan("on", [0, 1], sync=True).sync and "each run of a round together" in duet.plan("on", [0, 1], sync=True).reason
     assert not duet.plan("on", [0, 1]).sync
+    # where the arms take turns anyway, the note says there is nothing to start together
+    one_core = duet.plan("auto", [0], sync=True)
+    assert not one_core.duet and not one_core.sync and "has no arms side by side" in one_core.reason
+    gpu = duet.for_device(duet.plan("auto", [0, 1], sync=True), "cuda", "tiny:cuda")
+    assert not gpu.duet and "has no arms side by side" in gpu.reason
 
 
 def test_auto_falls_back_to_turns_and_says_so():

@@ -19,6 +19,7 @@ from bench_scripts import script_module
 from harness.machine import affinity
 from harness.perf.ab import duet
 from harness.perf.ab.arms import Arm, ArmError, first_to_answer
+from harness.perf.ab.worker import SYNC
 from harness.perf.ab.gate import ABGate
 from harness.perf.ab.loadguard import process_cpu_s
 from harness.perf.ab.standin import StandIn
@@ -142,7 +143,7 @@ def test_runs_started_together_wait_for_the_slower_arm_with_the_stand_in_on_the_
     gate.combo = SimpleNamespace(id="c")
     gate.arms = {"base": answering("base", "time.sleep(1.5); " + IN_STEP), "candidate": answering("candidate", IN_STEP)}
     for arm in gate.arms.values():
-        arm.features = frozenset({"sync"})
+        arm.features = frozenset({SYNC})
     started = list(gate.arms.values())
     try:
         answers = gate._side_by_side(0)
@@ -156,7 +157,7 @@ def test_runs_started_together_wait_for_the_slower_arm_with_the_stand_in_on_the_
         gate.arms = {"base": answering("base", "print('{\"ok\": true}', flush=True)"),
                      "candidate": answering("candidate", IN_STEP)}
         for arm in gate.arms.values():
-            arm.features = frozenset({"sync"})
+            arm.features = frozenset({SYNC})
         started += gate.arms.values()
         with pytest.raises(ArmError, match=r"round 1: the arms' rounds differ in their runs"):
             gate._side_by_side(0)

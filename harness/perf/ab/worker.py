@@ -14,7 +14,7 @@ one-line "error".
     round index, sync?                  -> one round: plain / assisted tokens/s, speedup, counters
     quit                                -> exits 0
 
-With "sync": true (feature "sync"), between two runs of the round (a prompt in one mode) the
+With "sync": true (feature "runs-together"), between two runs of the round (a prompt in one mode) the
 worker answers {"ok": true, "between": k, "of": n} after its k-th of n runs and waits for {"op": "go"} before the
 next: side by side, the controller starts each run of both arms together (docs/perf-gate.md, "The
 arms are not in step within a round"). A worker without the feature runs its round through.
@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 PROTOCOL = 1
-SYNC = "sync"  # a round whose runs start when the controller says go (below)
+SYNC = "runs-together"  # a round whose runs start when the controller says go, told how many there are (below)
 FEATURES = (SYNC,)  # what this worker can do beyond the protocol's requests (a base may predate them)
 
 log = logging.getLogger("harness.perf.ab.worker")
