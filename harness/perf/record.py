@@ -170,7 +170,8 @@ class ABDetail:
     # None: between rounds only, in turn, replayed, or before schema 6
     swap_s: float | None = None
     # live side by side: the rounds in which the stand-in (harness/perf/ab/standin.py) took the core of the arm
-    # that finished first (with synced_rounds: of an arm that waited for the other, at a run's end or the round's) (0: it could not start, said in the notes); None: in turn, replayed, or before schema 7
+    # that finished first (runs started together: that waited for the other at a run's end or the round's; 0: it
+    # could not start, said in the notes); None: in turn, replayed, or before schema 7
     stand_in_rounds: int | None = None
     # live side by side with --perf-duet-sync on: the rounds in which both arms started each run (a prompt in one
     # mode) together (0: the base's worker cannot, said in the notes); None: not asked, in turn, replayed, or

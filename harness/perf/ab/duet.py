@@ -91,8 +91,7 @@ def plan(choice: str, cores: list[int] | None = None, swap_s: float = SWAP_S, sy
                "(widen the CPU affinity, e.g. taskset -c 0,1)")
         if choice == "on":
             raise DuetError(f"{OPTION} on: {why}, or pass {OPTION} off")
-        alone = f"; {SYNC_OPTION} on has no arms side by side to start together" if sync else ""
-        return Plan(INTERLEAVED, None, f"{OPTION} auto: {why}: the arms take turns{alone}", choice)
+        return Plan(INTERLEAVED, None, f"{OPTION} auto: {why}: the arms take turns{_nothing_to_sync(sync)}", choice)
     pair = (cores[0], cores[1])
     within = f", and every {swap_s:g} s within a round" if swap_s else f" ({SWAP_OPTION} 0)"
     together = "; both start each run of a round together" if sync else ""
@@ -111,9 +110,14 @@ def for_device(run_plan: Plan, device: str, combination: str) -> Plan:
     if run_plan.choice == "on":
         raise DuetError(f"{OPTION} on: {why}; pass {OPTION} auto (its arms then take turns) or off, "
                         "or gate the CPU combinations alone (--perf-platform cpu)")
-    alone = f"; {SYNC_OPTION} on has no arms side by side to start together" if run_plan.sync else ""
     return Plan(INTERLEAVED, None, f"{OPTION} auto: {device} combinations take turns, each arm with the whole "
-                                   f"device (side by side both arms would share it){alone}", run_plan.choice)
+                                   f"device (side by side both arms would share it){_nothing_to_sync(run_plan.sync)}",
+                run_plan.choice)
+
+
+def _nothing_to_sync(sync: bool) -> str:
+    """What a plan whose arms take turns adds to its reason where --perf-duet-sync on was asked."""
+    return f"; {SYNC_OPTION} on has no arms side by side to start together" if sync else ""
 
 
 def pin(pid: int, core: int) -> None:

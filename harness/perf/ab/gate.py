@@ -287,11 +287,10 @@ class ABGate:
         waiting: dict[str, int] = {}  # arm -> runs done, at the barrier
         covered: str | None = None
         met, runs = 0, None  # barriers both arms reached; the runs of the round, as the workers say
-        names = {id(arm): name for name, arm in self.arms.items()}
         while len(finals) < len(self.arms):
             running = [arm for name, arm in self.arms.items() if name not in finals and name not in waiting]
             arm = first_to_answer(running, left()) or running[0]  # none in time: receive() says so
-            name = names[id(arm)]
+            name = arm.name
             answer = arm.receive("round", timeout_s=left())
             if "between" in answer:
                 waiting[name], runs = answer["between"], answer.get("of")
