@@ -191,8 +191,7 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
             "restart_every": ab.restart_every, "looks": looks_of(settings), "mode": result.mode, "swap_s": result.swap_s,
             "stand_in_rounds": result.stand_in_rounds, "synced_rounds": result.synced_rounds,
             "cpu_class": matrix.cpu_class,
-            # which host of the class: one model name may cover several generations (an "AMD EPYC" VM)
-            "cpu": {"model": capability.cpuinfo()[0], "generation": capability.cpu_generation()},
+            "cpu": host_cpu(),
             # when and on what code: a file's rows are then a history of the gate on this host
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "trees": {arm: {"commit": tree.commit, "label": tree.label} for arm, tree in zip(("base", "candidate"), trees)},
@@ -319,6 +318,11 @@ def simulate(aa: list[dict], shift: dict[str, float], combo: Combination, settin
         counts["undecided"] += result.outcome == Outcome.UNDECIDED
         counts["rounds"] += result.rounds
     return {k: v / trials for k, v in counts.items()}
+
+
+def host_cpu() -> dict[str, str]:
+    """Which host of the class: one model name may cover several generations (an "AMD EPYC" VM)."""
+    return {"model": capability.cpuinfo()[0], "generation": capability.cpu_generation()}
 
 
 def main(argv=None) -> int:

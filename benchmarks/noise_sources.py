@@ -13,7 +13,9 @@ Then, over the file's A/A gates, two ways a gate might see through that noise:
 - assisted tokens/s predicted from each round's phase medians (draft steps, verifications and host
   overhead, calls x median) instead of measured: the per-round spread of each, all rounds pooled;
 and what the worker restarts are for: the spread between worker pairs (blocks of `restart_every`
-rounds) beside the spread within one, by a one-way analysis of variance.
+rounds) beside the spread within one, by a one-way analysis of variance; and the spread of each
+place in a worker pair (its first round, its second, ...), which shows what a start leaves in the
+rounds after it (docs/perf-gate.md, "The first round of a worker").
 
     python benchmarks/noise_sources.py benchmarks/data/ab_power_avx512-bf16_duet_vm-busy.jsonl
 """
@@ -86,6 +88,18 @@ def pair_spread(gates: list[dict], metric: str) -> tuple[float, float]:
     return math.sqrt(w), math.sqrt(max(0.0, statistics.variance(means) - w / statistics.fmean(sizes)))
 
 
+def place_spread(gates: list[dict], metric: str) -> list[float]:
+    """The sd of a metric's ln(candidate / base) over the rounds at each place in a worker pair
+    (index 0: the first round after a start), all gates pooled."""
+    places: list[list[float]] = []
+    for g in gates:
+        every = g.get("restart_every", ABSettings().restart_every)
+        for i, r in enumerate(g["ratios"][metric]):
+            places.extend([] for _ in range(every - len(places)))
+            places[i % every].append(math.log(r))
+    return [statistics.stdev(p) for p in places if len(p) > 1]
+
+
 def rms(x: list[float]) -> float:
     return math.sqrt(sum(v * v for v in x) / len(x))
 
@@ -108,6 +122,9 @@ def summary(gates: list[dict]) -> list[str]:
         lines.append("spread of ln(candidate/base) between worker pairs and within one: "
                      + ", ".join(f"{m} {between:.2%} between, {within:.2%} within"
                                  for m, (within, between) in spreads.items()))
+        lines.append("spread of ln(candidate/base) by place in a worker pair (first round, second, ...): "
+                     + ", ".join(f"{m} " + " ".join(f"{sd:.2%}" for sd in place_spread(paired, m))
+                                 for m in ("assisted_tokens_per_sec", "plain_tokens_per_sec", "speedup")))
     measured, predicted = [], []
     for g in gates:
         for i, (b, c) in enumerate(zip(*(g.get("phases", {}).get(arm) or [] for arm in ("base", "candidate")))):

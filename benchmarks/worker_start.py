@@ -4,15 +4,20 @@ restarts them every few rounds (harness/perf/ab/gate.py `ABGate.start`); HEAD's 
 tree's in turn, so that both meet the same hours of the host. Appends one row a start to --out and
 prints, per comparison (the HEAD commit both trees stood on) and per tree, each start's seconds and
 their median. Where a start's time goes and what it costs a gate: docs/perf-gate.md, "A round", its
-restart paragraph.
+restart paragraph. With --rounds N each start also runs N rounds side by side, as the gate's first
+rounds after a (re)start, and the row keeps each arm's metrics and gated phases by round; --show then
+prints how far each tree's first round stood from the rounds after it (docs/perf-gate.md, "The first
+round of a worker").
 
     python benchmarks/worker_start.py --starts 3 --out benchmarks/data/worker_start_avx2.jsonl
+    python benchmarks/worker_start.py --starts 5 --rounds 4 --out benchmarks/data/first_round_avx512-bf16.jsonl
     python benchmarks/worker_start.py --out benchmarks/data/worker_start_avx2.jsonl --show   # the kept rows
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -25,19 +30,45 @@ from harness.perf.ab.arms import Arm
 from harness.perf.ab.gate import ABGate, ABSettings
 from harness.perf.ab.loadguard import noise_pids
 from harness.perf.combinations import PerfSettings
+from harness.perf.record import GATED_PHASES, METRICS
 from harness.workload import registry
 
 
-def start_seconds(matrix, combo, settings, tree: revision.Tree, plan: duet.Plan) -> float:
-    """Seconds from starting both arms on `tree`'s code until both have loaded and warmed up."""
+def start(matrix, combo, settings, tree: revision.Tree, plan: duet.Plan, rounds: int) -> tuple[float, dict]:
+    """Seconds from starting both arms on `tree`'s code until both have loaded and warmed up; then
+    `rounds` rounds side by side: each arm's metrics (METRICS) and gated phases (GATED_PHASES, by
+    their statistic) by round, arm name -> name -> values."""
     gate = ABGate(combo, settings, Arm("base", tree, env=plan.env()), Arm("candidate", tree, env=plan.env()),
                   ab_power.load_requests(matrix, combo, settings), ABSettings(), plan=plan)
-    start = time.perf_counter()
+    began = time.perf_counter()
     try:
         gate.start()
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - began
+        for index in range(rounds):
+            gate.round(index)
     finally:
         gate.close()
+    measured = {arm: {name: [r.metric(name) if name in METRICS else r.phase_ms(name) for r in samples]
+                      for name in (*METRICS, *GATED_PHASES)}
+                for arm, samples in gate.samples.items()}
+    return seconds, measured
+
+
+def first_round(rows: list[dict]) -> str | None:
+    """How far the first round after a start stood from the rounds after it, over the rows' arms:
+    per metric or phase, the mean and sd of ln(first / mean of the rest); tokens/s and the speedup are
+    rates (below 0: the first round slower), the phases milliseconds (above 0: slower)."""
+    gaps: dict[str, list[float]] = {}
+    for r in rows:
+        for arm in (r.get("rounds") or {}).values():
+            for name, values in arm.items():
+                if len(values) > 1 and all(v for v in values):
+                    rest = statistics.fmean(math.log(v) for v in values[1:])
+                    gaps.setdefault(name, []).append(math.log(values[0]) - rest)
+    if not gaps:
+        return None
+    return "; ".join(f"{name} {100 * statistics.fmean(g):+.1f}% (sd {100 * statistics.stdev(g):.1f}%, {len(g)} arms)"
+                     if len(g) > 1 else f"{name} {100 * g[0]:+.1f}% (1 arm)" for name, g in gaps.items())
 
 
 def show(rows: list[dict]) -> None:
@@ -52,6 +83,8 @@ def show(rows: list[dict]) -> None:
         for tree, took in trees.items():
             print(f"  {tree:45} " + " ".join(f"{r['seconds']:.1f}" for r in took)
                   + f"; median {statistics.median(r['seconds'] for r in took):.1f}")
+            if gaps := first_round(took):
+                print(f"  {'':45} first round against the rest: {gaps}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,10 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pair", default="qwen-coder-1.5b+0.5b")
     p.add_argument("--starts", type=int, default=3, help="starts of each tree's pair, in turn (default 3)")
     p.add_argument("--out", type=Path, required=True, help="JSON lines: one row a start, appended")
+    p.add_argument("--rounds", type=int, default=0,
+                   help="rounds side by side after each start, kept by arm and round (default 0)")
     p.add_argument("--show", action="store_true", help="print the kept rows only")
     args = p.parse_args(argv)
     if args.starts < 1:
         p.error(f"--starts {args.starts}: at least 1")
+    if args.rounds < 0 or args.rounds == 1:
+        p.error(f"--rounds {args.rounds}: 0, or at least 2 (the first round is compared with those after it)")
     if not args.show:
         matrix = registry.load_matrix()
         settings = PerfSettings.from_matrix(matrix)
@@ -73,10 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         condition = "noisy" if noise_pids() else "quiet"
         for i in range(args.starts):
             for tree in trees:
-                seconds = start_seconds(matrix, combo, settings, tree, plan)
+                seconds, rounds = start(matrix, combo, settings, tree, plan, args.rounds)
                 row = {"combination": combo.id, "cpu_class": matrix.cpu_class, "condition": condition,
-                       "tree": "HEAD" if tree is trees[0] else tree.label, "commit": tree.commit,
+                       "cpu": ab_power.host_cpu(), "tree": "HEAD" if tree is trees[0] else tree.label, "commit": tree.commit,
                        "seconds": round(seconds, 2), "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                if args.rounds:
+                    row["rounds"] = rounds
                 print(f"start {i + 1}/{args.starts}, {row['tree']}: {seconds:.1f} s", file=sys.stderr, flush=True)
                 ab_power.kept_rows(args.out, row)
     show(ab_power.kept_rows(args.out, None))

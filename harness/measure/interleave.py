@@ -5,13 +5,14 @@ slowdown levels in benchmarks/gate_power.py) runs them alternately in one proces
 the arms in order on even rounds, reversed on odd ones. A machine that drifts during the run
 (another job starts, the clock steps down) then slows each arm as often first as last, and no
 arm is favoured. Before the first measured round each arm runs once briefly, so first-call costs
-(kernel selection, allocations, lazy imports) stay out of the numbers.
+(kernel selection, allocations, lazy imports) stay out of the numbers; an arm that verifies several
+tokens a pass sees every input at its full length first (warm_up()).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 from harness.workload.decode import DecodeSettings
@@ -33,14 +34,19 @@ def warmup_settings(settings: DecodeSettings) -> DecodeSettings:
 
 
 def warm_up(arms: Sequence[T], run: Callable[[T, Any, DecodeSettings], Any], inputs: Sequence[Any],
-            settings: DecodeSettings, *, device: str = "cpu") -> None:
-    """Run every arm before anything is measured, `run(arm, input, settings)`. On a CPU once, briefly
-    (warmup_settings()), on the first input. On a GPU every input at its full length: kernels are
-    chosen per shape on first sight there (in bf16, cuDNN's attention builds a plan for every new
-    key length: docs/bench.md, "Checked on a GPU"), so a short warm-up leaves those costs in the
-    first measured rounds."""
-    if device == "cpu":
-        inputs, settings = inputs[:1], warmup_settings(settings)
-    for ids in inputs:
+            settings: DecodeSettings, *, device: str = "cpu", full: Collection[T] = ()) -> None:
+    """Run every arm before anything is measured, `run(arm, input, settings)`. On a GPU every input at
+    its full length: kernels are chosen per shape on first sight there (in bf16, cuDNN's attention
+    builds a plan for every new key length: docs/bench.md, "Checked on a GPU"), so a short warm-up
+    leaves those costs in the first measured rounds. On a CPU the arms in `full` do the same (those
+    whose verification passes take up to K+1 tokens: oneDNN builds a kernel per new token count, and
+    after a short warm-up the first round of an assisted arm ran slower and spread wider: docs/perf-gate.md,
+    "The first round of a worker"); the others once, briefly (warmup_settings()), on the first input,
+    since their one-token steps are all of one shape."""
+    short = warmup_settings(settings)
+    for i, ids in enumerate(inputs):
         for arm in arms:
-            run(arm, ids, settings)
+            if device != "cpu" or arm in full:
+                run(arm, ids, settings)
+            elif i == 0:
+                run(arm, ids, short)

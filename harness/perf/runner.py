@@ -82,7 +82,8 @@ class Runner:
                                   k=None if mode == PLAIN else self.combo.k, assistant=assistant)
 
     def warmup(self) -> None:
-        interleave.warm_up((PLAIN, self.combo.mode), self._run, self.inputs, self.decode, device=self.combo.device)
+        interleave.warm_up((PLAIN, self.combo.mode), self._run, self.inputs, self.decode, device=self.combo.device,
+                           full=(self.combo.mode,))  # it verifies several tokens a pass
 
     def round(self, between: Callable[[int, int], None] | None = None) -> Round:
         """One sample of every metric: each prompt plain and assisted, order alternating by round.

@@ -26,6 +26,15 @@ def test_warm_up_runs_every_arm_once_briefly():
                    ("assisted", "p0", interleave.WARMUP_TOKENS, interleave.WARMUP_TOKENS)]
 
 
+def test_on_a_cpu_an_arm_that_verifies_sees_every_prompt_at_full_length():
+    """Its passes take up to K+1 tokens: every token count and length the rounds will see is run once."""
+    settings = DecodeSettings(max_new_tokens=64, min_new_tokens=64)
+    ran = []
+    interleave.warm_up(["plain", "assisted"], lambda arm, ids, s: ran.append((arm, ids, s.max_new_tokens)),
+                       ["p0", "p1"], settings, full=["assisted"])
+    assert ran == [("plain", "p0", interleave.WARMUP_TOKENS), ("assisted", "p0", 64), ("assisted", "p1", 64)]
+
+
 def test_on_a_gpu_the_warm_up_runs_every_prompt_at_full_length():
     """A GPU chooses kernels per shape on first sight: every prompt, every length the run will see."""
     settings = DecodeSettings(max_new_tokens=64, min_new_tokens=64)

@@ -263,3 +263,26 @@ def test_the_start_study_shows_each_trees_starts_and_their_median(capsys):
     assert out[-5].endswith("90.0 80.0 100.0; median 90.0") and out[-4].endswith("70.0 60.0; median 65.0")
     assert out[-3].endswith("HEAD bbbbbbbbbbbb: seconds a worker pair took to start")
     assert out[-2].endswith(" 50.0; median 50.0") and out[-1].endswith(" 40.0; median 40.0")
+
+
+def test_the_start_study_shows_how_far_each_trees_first_round_stood_from_the_rest(capsys):
+    """benchmarks/worker_start.py --rounds: the first round after a start against the rounds after it,
+    per tree, over both arms of every start; a round without a phase (None) leaves that phase out."""
+    from bench_scripts import script_module
+
+    with script_module("ab_power"), script_module("worker_start") as study:
+        with pytest.raises(SystemExit):  # a single round has nothing to be compared with
+            study.main(["--rounds", "1", "--out", "unused.jsonl"])
+        first_slow = {"assisted_tokens_per_sec": [9.0, 10.0, 10.0], "draft_step": [22.0, 20.0, 20.0],
+                      "verify": [None, 30.0, 30.0]}
+        first_even = {"assisted_tokens_per_sec": [10.0, 10.0, 10.0], "draft_step": [20.0, 20.0, 20.0],
+                      "verify": [30.0, 30.0, 30.0]}
+        rows = [{"combination": "c", "cpu_class": "avx2", "condition": "quiet", "tree": tree, "commit": "a" * 40,
+                 "seconds": 60.0, "rounds": {"base": arm, "candidate": arm}} for tree, arm in
+                [("HEAD", first_slow), ("working tree", first_even)]]
+        study.show(rows)
+    out = capsys.readouterr().out.splitlines()
+    head, tree = out[2], out[4]
+    assert "first round against the rest: assisted_tokens_per_sec -10.5% (sd 0.0%, 2 arms)" in head
+    assert "draft_step +9.5% (sd 0.0%, 2 arms)" in head and "verify" not in head
+    assert "assisted_tokens_per_sec +0.0%" in tree and "verify +0.0% (sd 0.0%, 2 arms)" in tree

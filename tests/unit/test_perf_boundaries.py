@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,8 @@ from harness.perf import gates, plugin
 from harness.perf.stored import baselines, placement
 from harness.perf import report as perf_report
 from harness.perf.combinations import PerfSettings, combinations
+from harness.measure import interleave
+from harness.workload.decode import PLAIN
 from harness.perf.runner import Runner, load_pair
 from harness.perf.stored.verdict import BaselineMismatchError, check_comparable
 from tiny_models import write_local_matrix
@@ -214,3 +217,23 @@ def test_a_round_waits_between_its_runs_where_asked_and_times_the_runs_only(tmp_
     assert waited.wall_s >= 0.3 * len(calls)  # the round's wall time holds the waits
     # 0.3 s of waiting a run, against runs of milliseconds: had it been timed, tokens/s would fall 10x
     assert waited.plain_tokens_per_sec * 10 > runner.round().plain_tokens_per_sec
+
+
+def test_the_warm_up_runs_the_assisted_mode_on_every_prompt_at_full_length(tmp_path, monkeypatch):
+    """Its verification passes take up to K+1 tokens, each count a shape of its own: the first
+    measured round must not be the first to see them. Plain runs once, briefly."""
+    matrix = registry.load_matrix(write_local_matrix(tmp_path))
+    combo = next(c for c in combinations(matrix) if c.pair == "tiny+draft")
+    runner = Runner(combo, load_pair(combo), PerfSettings.from_matrix(matrix, prompts=3))
+    ran: list[tuple[str, Any, int]] = []
+    real = runner._run
+
+    def recorded(mode, ids, settings):
+        ran.append((mode, ids, settings.max_new_tokens))
+        return real(mode, ids, settings)
+
+    monkeypatch.setattr(runner, "_run", recorded)
+    runner.warmup()
+    full = runner.decode.max_new_tokens
+    assert len(runner.inputs) == 3 and full > interleave.WARMUP_TOKENS
+    assert ran == [(PLAIN, runner.inputs[0], interleave.WARMUP_TOKENS)] + [(combo.mode, ids, full) for ids in runner.inputs]

@@ -180,8 +180,13 @@ def test_the_noise_study_takes_a_core_offset_out_of_the_spread_and_reads_the_kep
         # four worker pairs 3% apart and a 1% spread within each: the offsets are between, not within
         rounds = [math.exp(0.03 * (pair % 2) + 0.01 * (1 if i % 2 else -1)) for pair in range(4) for i in range(4)]
         within, between = noise.pair_spread([{"ratios": {"speedup": rounds}, "restart_every": 4}], "speedup")
+        # a first round that spreads +-5% after each start, the others +-1%: the place shows it
+        first = [math.exp((0.05 if i % 4 == 0 else 0.01) * (1 if (i // 4) % 2 else -1)) for i in range(16)]
+        places = noise.place_spread([{"ratios": {"speedup": first}, "restart_every": 4}], "speedup")
+    assert places == pytest.approx([0.0577, 0.0115, 0.0115, 0.0115], abs=0.0005)
+    assert "by place in a worker pair" in lines[2]
     assert lines[0].startswith(f"{sum(1 for g in GATES if not g['level'])} A/A gates") and "with a core term" in lines[0]
-    assert "between worker pairs" in lines[1] and "predicted from the phase medians" in lines[2]
+    assert "between worker pairs" in lines[1] and "predicted from the phase medians" in lines[3]
     assert within == pytest.approx(0.0115, abs=0.001) and between == pytest.approx(0.0163, abs=0.0005)
 
 
