@@ -38,11 +38,11 @@ def warm_up(arms: Sequence[T], run: Callable[[T, Any, DecodeSettings], Any], inp
     """Run every arm before anything is measured, `run(arm, input, settings)`. On a GPU every input at
     its full length: kernels are chosen per shape on first sight there (in bf16, cuDNN's attention
     builds a plan for every new key length: docs/bench.md, "Checked on a GPU"), so a short warm-up
-    leaves those costs in the first measured rounds. On a CPU the arms in `full` do the same (those
-    whose verification passes take up to K+1 tokens: oneDNN builds a kernel per new token count, and
-    after a short warm-up the first round of an assisted arm ran slower and spread wider: docs/perf-gate.md,
-    "The first round of a worker"); the others once, briefly (warmup_settings()), on the first input,
-    since their one-token steps are all of one shape."""
+    leaves those costs in the first measured rounds. On a CPU the arms in `full` do the same: their
+    verification passes take up to K+1 tokens, each count a shape of its own, and after a short
+    warm-up an assisted arm's first round spread wider and its host work ran slower
+    (docs/perf-gate.md, "The first round of a worker"). The others run once, briefly
+    (warmup_settings()), on the first input: their steps take one token each."""
     short = warmup_settings(settings)
     for i, ids in enumerate(inputs):
         for arm in arms:
