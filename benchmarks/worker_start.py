@@ -28,36 +28,42 @@ import ab_power
 from harness.perf.ab import duet, revision
 from harness.perf.ab.arms import Arm
 from harness.perf.ab.gate import ABGate, ABSettings
-from harness.perf.ab.loadguard import noise_pids
+from harness.perf.ab.loadguard import LoadGuard, noise_pids
 from harness.perf.combinations import PerfSettings
 from harness.perf.record import GATED_PHASES, METRICS
 from harness.workload import registry
 
 
-def start(matrix, combo, settings, tree: revision.Tree, plan: duet.Plan, rounds: int) -> tuple[float, dict]:
+def start(matrix, combo, settings, tree: revision.Tree, plan: duet.Plan, rounds: int,
+          noise: tuple[int, ...]) -> tuple[float, dict, int]:
     """Seconds from starting both arms on `tree`'s code until both have loaded and warmed up; then
-    `rounds` rounds side by side: each arm's metrics (METRICS) and gated phases (GATED_PHASES, by
-    their statistic) by round, arm name -> name -> values."""
+    `rounds` rounds side by side, as a gate's first rounds after a (re)start (a round the load guard
+    finds disturbed is measured again, a deliberate neighbour's load, `noise`, counted as the
+    study's own): each arm's metrics (METRICS) and gated phases (GATED_PHASES, by their statistic)
+    by round, arm name -> name -> values; and the rounds redone."""
     gate = ABGate(combo, settings, Arm("base", tree, env=plan.env()), Arm("candidate", tree, env=plan.env()),
-                  ab_power.load_requests(matrix, combo, settings), ABSettings(), plan=plan)
+                  ab_power.load_requests(matrix, combo, settings), ABSettings(), guard=LoadGuard(noise=noise),
+                  plan=plan)
     began = time.perf_counter()
     try:
         gate.start()
         seconds = time.perf_counter() - began
         for index in range(rounds):
             gate.round(index)
-    finally:
-        gate.close()
+    except BaseException:  # as the gate: a worker mid-request is killed, not asked to quit
+        gate.close(ask=False)
+        raise
+    gate.close()
     measured = {arm: {name: [r.metric(name) if name in METRICS else r.phase_ms(name) for r in samples]
                       for name in (*METRICS, *GATED_PHASES)}
                 for arm, samples in gate.samples.items()}
-    return seconds, measured
+    return seconds, measured, gate.redone
 
 
 def first_round(rows: list[dict]) -> str | None:
     """How far the first round after a start stood from the rounds after it, over the rows' arms:
-    per metric or phase, the mean and sd of ln(first / mean of the rest); tokens/s and the speedup are
-    rates (below 0: the first round slower), the phases milliseconds (above 0: slower)."""
+    per metric or phase, the mean and sd of ln(first / geometric mean of the rest); tokens/s and the
+    speedup are rates (below 0: the first round slower), the phases milliseconds (above 0: slower)."""
     gaps: dict[str, list[float]] = {}
     for r in rows:
         for arm in (r.get("rounds") or {}).values():
@@ -98,8 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.starts < 1:
         p.error(f"--starts {args.starts}: at least 1")
-    if args.rounds < 0 or args.rounds == 1:
-        p.error(f"--rounds {args.rounds}: 0, or at least 2 (the first round is compared with those after it)")
+    every = ABSettings().restart_every
+    if args.rounds < 0 or args.rounds == 1 or args.rounds > every:
+        p.error(f"--rounds {args.rounds}: 0, or 2 to {every} (the first round is compared with those after it, "
+                f"and a gate restarts its workers every {every} rounds)")
     if not args.show:
         matrix = registry.load_matrix()
         settings = PerfSettings.from_matrix(matrix)
@@ -107,15 +115,16 @@ def main(argv: list[str] | None = None) -> int:
         repo = revision.repository_root(ab_power.REPO)
         trees = (revision.checkout(repo, "HEAD"), revision.working_tree(repo))
         plan = duet.plan("on")
-        condition = "noisy" if noise_pids() else "quiet"
+        noise = noise_pids()
+        condition = "noisy" if noise else "quiet"
         for i in range(args.starts):
             for tree in trees:
-                seconds, rounds = start(matrix, combo, settings, tree, plan, args.rounds)
+                seconds, rounds, redone = start(matrix, combo, settings, tree, plan, args.rounds, noise)
                 row = {"combination": combo.id, "cpu_class": matrix.cpu_class, "condition": condition,
                        "cpu": ab_power.host_cpu(), "tree": "HEAD" if tree is trees[0] else tree.label, "commit": tree.commit,
                        "seconds": round(seconds, 2), "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
                 if args.rounds:
-                    row["rounds"] = rounds
+                    row.update(rounds=rounds, redone=redone)
                 print(f"start {i + 1}/{args.starts}, {row['tree']}: {seconds:.1f} s", file=sys.stderr, flush=True)
                 ab_power.kept_rows(args.out, row)
     show(ab_power.kept_rows(args.out, None))

@@ -143,8 +143,7 @@ def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
                                   assistant=draft.model if (draft and config.mode == ASSISTED) else None,
                                   tokenizer=target.tokenizer)
 
-    interleave.warm_up(configs, run, encoded, sel.decode, device=sel.device,
-                       full=[c for c in configs if c.mode != PLAIN])  # those verify several tokens a pass
+    interleave.warm_up(configs, run, encoded, sel.decode, device=sel.device)
 
     samples: dict[tuple[int, Configuration], list[GenerationResult]] = {}
     bar = progress_bar(total=len(encoded) * cfg.repeats * len(configs), desc=f"bench {sel.pair}",

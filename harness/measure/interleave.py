@@ -4,9 +4,9 @@ Every measurement that compares arms (plain vs assisted in bench and the perf ga
 slowdown levels in benchmarks/gate_power.py) runs them alternately in one process, in ABBA order:
 the arms in order on even rounds, reversed on odd ones. A machine that drifts during the run
 (another job starts, the clock steps down) then slows each arm as often first as last, and no
-arm is favoured. Before the first measured round each arm runs once briefly, so first-call costs
-(kernel selection, allocations, lazy imports) stay out of the numbers; an arm that verifies several
-tokens a pass sees every input at its full length first (warm_up()).
+arm is favoured. Before the first measured round each arm runs (warm_up()), so first-call costs
+(kernel selection, allocations, lazy imports) stay out of the numbers: briefly on a CPU, and at the
+full length on a GPU and for the arms a caller names (the perf gate's assisted mode).
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ def warm_up(arms: Sequence[T], run: Callable[[T, Any, DecodeSettings], Any], inp
     """Run every arm before anything is measured, `run(arm, input, settings)`. On a GPU every input at
     its full length: kernels are chosen per shape on first sight there (in bf16, cuDNN's attention
     builds a plan for every new key length: docs/bench.md, "Checked on a GPU"), so a short warm-up
-    leaves those costs in the first measured rounds. On a CPU the arms in `full` do the same: their
-    verification passes take up to K+1 tokens, each count a shape of its own, and after a short
-    warm-up an assisted arm's first round spread wider and its host work ran slower
-    (docs/perf-gate.md, "The first round of a worker"). The others run once, briefly
-    (warmup_settings()), on the first input: their steps take one token each."""
+    leaves those costs in the first measured rounds. On a CPU the arms in `full` do the same and the
+    others run once, briefly (warmup_settings()), on the first input. The perf gate puts its assisted
+    mode in `full`: its verification passes take up to K+1 tokens, and after a short warm-up the
+    first round of a worker spread wider on one class and its host work ran slower on another
+    (docs/perf-gate.md, "The first round of a worker"). The bench and the tables, which run each
+    prompt once per arm, keep the short warm-up: a full one would double their assisted runs."""
     short = warmup_settings(settings)
     for i, ids in enumerate(inputs):
         for arm in arms:

@@ -40,7 +40,7 @@ def test_on_a_gpu_the_warm_up_runs_every_prompt_at_full_length():
     settings = DecodeSettings(max_new_tokens=64, min_new_tokens=64)
     ran = []
     interleave.warm_up(["plain", "assisted"], lambda arm, ids, s: ran.append((arm, ids, s)), ["p0", "p1"], settings,
-                       device="cuda")
+                       device="cuda", full=["assisted"])  # on a GPU every arm runs in full, named or not
     assert ran == [("plain", "p0", settings), ("assisted", "p0", settings),
                    ("plain", "p1", settings), ("assisted", "p1", settings)]
 

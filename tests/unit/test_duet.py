@@ -271,8 +271,12 @@ def test_the_start_study_shows_how_far_each_trees_first_round_stood_from_the_res
     from bench_scripts import script_module
 
     with script_module("ab_power"), script_module("worker_start") as study:
-        with pytest.raises(SystemExit):  # a single round has nothing to be compared with
-            study.main(["--rounds", "1", "--out", "unused.jsonl"])
+        for rounds in ("-1", "1", "5"):  # one round has nothing to be compared with; a gate restarts after 4
+            with pytest.raises(SystemExit):
+                study.main(["--rounds", rounds, "--out", "unused.jsonl"])
+        kept = Path(study.__file__).parent / "data" / "first_round_avx512-bf16.jsonl"
+        assert study.main(["--rounds", "4", "--out", str(kept), "--show"]) == 0  # 4 accepted; the kept rows shown
+        assert "first round against the rest: speedup" in capsys.readouterr().out
         first_slow = {"assisted_tokens_per_sec": [9.0, 10.0, 10.0], "draft_step": [22.0, 20.0, 20.0],
                       "verify": [None, 30.0, 30.0]}
         first_even = {"assisted_tokens_per_sec": [10.0, 10.0, 10.0], "draft_step": [20.0, 20.0, 20.0],
