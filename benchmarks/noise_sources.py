@@ -105,8 +105,8 @@ def rms(x: list[float]) -> float:
 
 
 def summary(gates: list[dict]) -> list[str]:
-    """Over a file's A/A gates: the core-term line and the worker-pair line (gates side by side),
-    then the phase-prediction line (rounds that kept their phases)."""
+    """Over a file's A/A gates: the core-term line, the worker-pair line and the line by place in a
+    worker pair (gates side by side), then the phase-prediction line (rounds that kept their phases)."""
     lines = []
     paired = [g for g in gates if g.get("cores") and len(g["ratios"]["speedup"]) > 2]
     if paired:

@@ -42,8 +42,9 @@ def warm_up(arms: Sequence[T], run: Callable[[T, Any, DecodeSettings], Any], inp
     others run once, briefly (warmup_settings()), on the first input. The perf gate puts its assisted
     mode in `full`: its verification passes take up to K+1 tokens, and after a short warm-up the
     first round of a worker spread wider on one class and its host work ran slower on another
-    (docs/perf-gate.md, "The first round of a worker"). The bench and the tables, which run each
-    prompt once per arm, keep the short warm-up: a full one would double their assisted runs."""
+    (docs/perf-gate.md, "The first round of a worker"). The bench and the comparison tables
+    (benchmarks/combination_table.py, attention_table.py), which run each prompt once per arm, keep
+    the short warm-up: a full one would double their assisted runs."""
     short = warmup_settings(settings)
     for i, ids in enumerate(inputs):
         for arm in arms:

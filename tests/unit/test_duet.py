@@ -274,6 +274,7 @@ def test_the_start_study_shows_how_far_each_trees_first_round_stood_from_the_res
         for rounds in ("-1", "1", "5"):  # one round has nothing to be compared with; a gate restarts after 4
             with pytest.raises(SystemExit):
                 study.main(["--rounds", rounds, "--out", "unused.jsonl"])
+            assert f"--rounds {rounds}: 0, or 2 to 4" in capsys.readouterr().err
         kept = Path(study.__file__).parent / "data" / "first_round_avx512-bf16.jsonl"
         assert study.main(["--rounds", "4", "--out", str(kept), "--show"]) == 0  # 4 accepted; the kept rows shown
         assert "first round against the rest: speedup" in capsys.readouterr().out
