@@ -91,13 +91,12 @@ def pair_spread(gates: list[dict], metric: str) -> tuple[float, float]:
 def place_spread(gates: list[dict], metric: str) -> list[float]:
     """The sd of a metric's ln(candidate / base) over the rounds at each place in a worker pair
     (index 0: the first round after a start), all gates pooled."""
-    places: list[list[float]] = []
+    places: dict[int, list[float]] = {}
     for g in gates:
         every = g.get("restart_every", ABSettings().restart_every)
         for i, r in enumerate(g["ratios"][metric]):
-            places.extend([] for _ in range(every - len(places)))
-            places[i % every].append(math.log(r))
-    return [statistics.stdev(p) for p in places if len(p) > 1]
+            places.setdefault(i % every, []).append(math.log(r))
+    return [statistics.stdev(places[i]) for i in sorted(places) if len(places[i]) > 1]
 
 
 def rms(x: list[float]) -> float:
