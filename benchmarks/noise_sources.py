@@ -15,7 +15,8 @@ Then, over the file's A/A gates, two ways a gate might see through that noise:
 and what the worker restarts are for: the spread between worker pairs (blocks of `restart_every`
 rounds) beside the spread within one, by a one-way analysis of variance; and the spread of each
 place in a worker pair (its first round, its second, ...), which shows what a start leaves in the
-rounds after it (docs/perf-gate.md, "The first round of a worker").
+rounds after it (docs/perf-gate.md, "The first round of a worker"); and, over every gate of the file by
+the candidate's commit, how often an arm's round at each place held a one-off spike of host work.
 
     python benchmarks/noise_sources.py benchmarks/data/ab_power_avx512-bf16_duet_vm-busy.jsonl
 """
@@ -28,7 +29,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from harness.measure.phases import DRAFT_STEP, OVERHEAD, VERIFY
+from harness.measure.phases import DRAFT_STEP, OVERHEAD, OVERHEAD_CPU, VERIFY
 from harness.perf.ab.gate import ABSettings
 
 ASSISTED_PHASES = (DRAFT_STEP, VERIFY, OVERHEAD)  # an assisted decode step's passes and host work
@@ -99,6 +100,34 @@ def place_spread(gates: list[dict], metric: str) -> list[float]:
     return [statistics.stdev(places[i]) for i in sorted(places) if len(places[i]) > 1]
 
 
+SPIKE_MS = 25.0  # a round's host work this far above the arm's median round: a one-off cost, not noise (a step's is ~20 ms)
+
+
+def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, list[tuple[int, int]]]:
+    """By the candidate's commit, then by place in a worker pair: (arm rounds whose host work,
+    `overhead_cpu`'s total, stands more than `spike_ms` above that arm's median round in its gate,
+    arm rounds). Every gate of a file counts, planted or not: the spike is judged against the arm's
+    own rounds. Rows without the phase or the commit are left out."""
+    counts: dict[str, dict[int, list[int]]] = {}
+    for g in gates:
+        commit = ((g.get("trees") or {}).get("candidate") or {}).get("commit")
+        arms = g.get("phases") or {}
+        if not commit or not arms:
+            continue
+        every = g.get("restart_every", ABSettings().restart_every)
+        by_place = counts.setdefault(commit[:7], {})
+        for rounds in arms.values():
+            totals = [(r or {}).get(OVERHEAD_CPU, {}).get("total_ms") for r in rounds]
+            if None in totals or len(totals) < 2:
+                continue
+            median = statistics.median(totals)
+            for i, total in enumerate(totals):
+                cell = by_place.setdefault(i % every, [0, 0])
+                cell[0] += total - median > spike_ms
+                cell[1] += 1
+    return {c: [tuple(by_place[i]) for i in sorted(by_place)] for c, by_place in counts.items() if by_place}
+
+
 def rms(x: list[float]) -> float:
     return math.sqrt(sum(v * v for v in x) / len(x))
 
@@ -147,6 +176,10 @@ def main(paths: list[str]) -> int:
                 print(describe(gate))
         for line in summary(gates):
             print("  " + line)
+        everyone = [json.loads(line) for line in Path(path).read_text().splitlines()]
+        for commit, places in host_spikes(everyone).items():
+            print(f"  host-work spikes (overhead_cpu over {SPIKE_MS:.0f} ms above the arm's median round) by place in a "
+                  f"worker pair, every gate with candidate {commit}: " + ", ".join(f"{k}/{n}" for k, n in places))
     return 0
 
 

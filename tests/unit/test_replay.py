@@ -190,6 +190,21 @@ def test_the_noise_study_takes_a_core_offset_out_of_the_spread_and_reads_the_kep
     assert within == pytest.approx(0.0115, abs=0.001) and between == pytest.approx(0.0163, abs=0.0005)
 
 
+def test_the_noise_study_counts_one_off_spikes_of_host_work_by_place_and_commit():
+    """benchmarks/noise_sources.py host_spikes(): a round whose host work stands 30 ms above its arm's
+    median is counted at its place in the worker pair, under the candidate's commit; 20 ms is not, nor
+    a gate without the phase or the commit."""
+    def gate(commit, extra_ms, at):
+        rounds = [{"overhead_cpu": {"total_ms": 60.0 + (extra_ms if i in at else 0.0)}} for i in range(8)]
+        return {"trees": {"candidate": {"commit": commit}}, "restart_every": 4,
+                "phases": {"base": rounds, "candidate": [{"overhead_cpu": {"total_ms": 61.0}}] * 8}}
+    with script_module("noise_sources") as noise:
+        counts = noise.host_spikes([gate("aaaaaaa1", 30.0, {0, 4}), gate("aaaaaaa1", 30.0, {5}),
+                                    gate("bbbbbbb2", 20.0, {0, 4}), {"level": 0, "phases": {}},
+                                    {"phases": {"base": [{"overhead_cpu": {"total_ms": 1.0}}] * 2}}])
+    assert counts == {"aaaaaaa": [(2, 8), (1, 8), (0, 8), (0, 8)], "bbbbbbb": [(0, 4), (0, 4), (0, 4), (0, 4)]}
+
+
 def test_a_power_row_keeps_when_the_gate_finished_and_each_arms_commit_and_replays_as_kept():
     """benchmarks/ab_power.py's row of a gate (here one replaying a kept row's rounds): its outcome,
     rounds and each arm's metrics as the gate saw them, the UTC time it finished and the code each arm
