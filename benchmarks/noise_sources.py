@@ -27,6 +27,7 @@ import json
 import math
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.measure.phases import DRAFT_STEP, OVERHEAD, OVERHEAD_CPU, VERIFY
@@ -80,7 +81,7 @@ def pair_spread(gates: list[dict], metric: str) -> tuple[float, float]:
     within-pair spread explains; 0 when there is none)."""
     within, means, sizes = [], [], []
     for g in gates:
-        d, every = [math.log(r) for r in g["ratios"][metric]], g.get("restart_every", ABSettings().restart_every)
+        d, every = [math.log(r) for r in g["ratios"][metric]], (g.get("restart_every") or ABSettings().restart_every)
         for block in (d[i:i + every] for i in range(0, len(d) - every + 1, every)):
             within.append(statistics.variance(block))
             means.append(statistics.fmean(block))
@@ -94,7 +95,7 @@ def place_spread(gates: list[dict], metric: str) -> list[float]:
     (index 0: the first round after a start), all gates pooled."""
     places: dict[int, list[float]] = {}
     for g in gates:
-        every = g.get("restart_every", ABSettings().restart_every)
+        every = (g.get("restart_every") or ABSettings().restart_every)
         for i, r in enumerate(g["ratios"][metric]):
             places.setdefault(i % every, []).append(math.log(r))
     return [statistics.stdev(places[i]) for i in sorted(places) if len(places[i]) > 1]
@@ -103,29 +104,51 @@ def place_spread(gates: list[dict], metric: str) -> list[float]:
 SPIKE_MS = 25.0  # a round's host work this far above the arm's median round: a one-off cost, not noise (a step's is ~20 ms)
 
 
-def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, list[tuple[int, int]]]:
-    """By the candidate's commit, then by place in a worker pair: (arm rounds whose host work,
-    `overhead_cpu`'s total, stands more than `spike_ms` above that arm's median round in its gate,
-    arm rounds). Every gate of a file counts, planted or not: the spike is judged against the arm's
-    own rounds. Rows without the phase or the commit are left out."""
+@dataclass(frozen=True)
+class Spikes:
+    """One commit's one-off spikes of host work (host_spikes())."""
+    places: list[tuple[int, int]]  # by place in a worker pair: (arm rounds that spiked, arm rounds)
+    sizes_ms: list[float]          # how far above its arm's median round each spike stood
+
+
+def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spikes]:
+    """By the candidate's commit: at each place in a worker pair, how many arm rounds' host work
+    (`overhead_cpu`'s total) stood more than `spike_ms` above that arm's median round in its gate,
+    of how many. Every gate of a file counts, planted or not: a spike is judged against the arm's
+    own rounds. Arms without the phase in every round, and rows without a commit, are left out. A
+    round the load guard redid ran again in the same worker, so its place counts one run later."""
     counts: dict[str, dict[int, list[int]]] = {}
+    sizes: dict[str, list[float]] = {}
     for g in gates:
         commit = ((g.get("trees") or {}).get("candidate") or {}).get("commit")
         arms = g.get("phases") or {}
         if not commit or not arms:
             continue
-        every = g.get("restart_every", ABSettings().restart_every)
-        by_place = counts.setdefault(commit[:7], {})
+        every = g.get("restart_every") or ABSettings().restart_every
+        by_place, found = counts.setdefault(commit[:7], {}), sizes.setdefault(commit[:7], [])
         for rounds in arms.values():
-            totals = [(r or {}).get(OVERHEAD_CPU, {}).get("total_ms") for r in rounds]
+            totals = [((r or {}).get(OVERHEAD_CPU) or {}).get("total_ms") for r in rounds]
             if None in totals or len(totals) < 2:
                 continue
             median = statistics.median(totals)
             for i, total in enumerate(totals):
                 cell = by_place.setdefault(i % every, [0, 0])
-                cell[0] += total - median > spike_ms
                 cell[1] += 1
-    return {c: [tuple(by_place[i]) for i in sorted(by_place)] for c, by_place in counts.items() if by_place}
+                if total - median > spike_ms:
+                    cell[0] += 1
+                    found.append(total - median)
+    return {c: Spikes([(k, n) for k, n in (by_place[i] for i in sorted(by_place))], sizes[c])
+            for c, by_place in counts.items() if by_place}
+
+
+def spikes_line(commit: str, spikes: Spikes) -> str:
+    line = (f"host-work spikes (overhead_cpu over {SPIKE_MS:.0f} ms above the arm's median round) by place in a worker "
+            f"pair, every gate with candidate {commit}: " + ", ".join(f"{k}/{n}" for k, n in spikes.places))
+    if spikes.sizes_ms:
+        q = statistics.quantiles(spikes.sizes_ms, n=10) if len(spikes.sizes_ms) > 1 else spikes.sizes_ms * 9
+        line += (f"; above the median round by {statistics.median(spikes.sizes_ms):.0f} ms "
+                 f"(10th-90th percentile {q[0]:.0f}-{q[-1]:.0f}, all {min(spikes.sizes_ms):.0f}-{max(spikes.sizes_ms):.0f})")
+    return line
 
 
 def rms(x: list[float]) -> float:
@@ -152,7 +175,8 @@ def summary(gates: list[dict]) -> list[str]:
                                  for m, (within, between) in spreads.items()))
         lines.append("spread of ln(candidate/base) by place in a worker pair (first round, second, ...): "
                      + ", ".join(f"{m} " + " ".join(f"{sd:.2%}" for sd in place_spread(paired, m))
-                                 for m in ("assisted_tokens_per_sec", "plain_tokens_per_sec", "speedup")))
+                                 for m in ("assisted_tokens_per_sec", "plain_tokens_per_sec", "speedup", OVERHEAD_CPU, OVERHEAD)
+                                 if all(m in g["ratios"] for g in paired)))
     measured, predicted = [], []
     for g in gates:
         for i, (b, c) in enumerate(zip(*(g.get("phases", {}).get(arm) or [] for arm in ("base", "candidate")))):
@@ -177,9 +201,8 @@ def main(paths: list[str]) -> int:
         for line in summary(gates):
             print("  " + line)
         everyone = [json.loads(line) for line in Path(path).read_text().splitlines()]
-        for commit, places in host_spikes(everyone).items():
-            print(f"  host-work spikes (overhead_cpu over {SPIKE_MS:.0f} ms above the arm's median round) by place in a "
-                  f"worker pair, every gate with candidate {commit}: " + ", ".join(f"{k}/{n}" for k, n in places))
+        for commit, spikes in host_spikes(everyone).items():
+            print("  " + spikes_line(commit, spikes))
     return 0
 
 

@@ -192,17 +192,25 @@ def test_the_noise_study_takes_a_core_offset_out_of_the_spread_and_reads_the_kep
 
 def test_the_noise_study_counts_one_off_spikes_of_host_work_by_place_and_commit():
     """benchmarks/noise_sources.py host_spikes(): a round whose host work stands 30 ms above its arm's
-    median is counted at its place in the worker pair, under the candidate's commit; 20 ms is not, nor
-    a gate without the phase or the commit."""
-    def gate(commit, extra_ms, at):
-        rounds = [{"overhead_cpu": {"total_ms": 60.0 + (extra_ms if i in at else 0.0)}} for i in range(8)]
-        return {"trees": {"candidate": {"commit": commit}}, "restart_every": 4,
-                "phases": {"base": rounds, "candidate": [{"overhead_cpu": {"total_ms": 61.0}}] * 8}}
+    median is counted at its place in the worker pair (the row's own restart_every), under the
+    candidate's commit, with its size; 20 ms is not, nor an arm without the phase in every round, nor
+    a gate without phases or a commit."""
+    def gate(commit, extra_ms, at, every=4, rounds=8):
+        spiked = [{"overhead_cpu": {"total_ms": 60.0 + (extra_ms if i in at else 0.0)}} for i in range(rounds)]
+        return {"trees": {"candidate": {"commit": commit}}, "restart_every": every,
+                "phases": {"base": spiked, "candidate": [{"overhead_cpu": {"total_ms": 61.0}}] * rounds}}
+    older = {"trees": {"candidate": {"commit": "ccccccc3"}}, "restart_every": 4,
+             "phases": {"base": [{"verify": {"total_ms": 1.0}}] * 4, "candidate": [None, *[{"overhead_cpu": {"total_ms": 1.0}}] * 3]}}
     with script_module("noise_sources") as noise:
         counts = noise.host_spikes([gate("aaaaaaa1", 30.0, {0, 4}), gate("aaaaaaa1", 30.0, {5}),
-                                    gate("bbbbbbb2", 20.0, {0, 4}), {"level": 0, "phases": {}},
+                                    gate("bbbbbbb2", 20.0, {0, 4}), gate("ddddddd4", 40.0, {0, 2, 3}, every=2),
+                                    older, {"level": 0, "phases": {}},
                                     {"phases": {"base": [{"overhead_cpu": {"total_ms": 1.0}}] * 2}}])
-    assert counts == {"aaaaaaa": [(2, 8), (1, 8), (0, 8), (0, 8)], "bbbbbbb": [(0, 4), (0, 4), (0, 4), (0, 4)]}
+        line = noise.spikes_line("aaaaaaa", counts["aaaaaaa"])
+    assert counts["aaaaaaa"].places == [(2, 8), (1, 8), (0, 8), (0, 8)] and counts["aaaaaaa"].sizes_ms == [30.0] * 3
+    assert counts["bbbbbbb"].places == [(0, 4)] * 4 and counts["bbbbbbb"].sizes_ms == []
+    assert counts["ddddddd"].places == [(2, 8), (1, 8)] and "ccccccc" not in counts
+    assert line.endswith("2/8, 1/8, 0/8, 0/8; above the median round by 30 ms (10th-90th percentile 30-30, all 30-30)")
 
 
 def test_a_power_row_keeps_when_the_gate_finished_and_each_arms_commit_and_replays_as_kept():
