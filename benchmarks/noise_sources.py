@@ -107,8 +107,9 @@ SPIKE_MS = 25.0  # a round's host work this far above the arm's median round: a 
 @dataclass(frozen=True)
 class Spikes:
     """One commit's one-off spikes of host work (host_spikes())."""
-    places: list[tuple[int, int]]  # by place in a worker pair: (arm rounds that spiked, arm rounds)
-    sizes_ms: list[float]          # how far above its arm's median round each spike stood
+    spike_ms: float                       # the cut-off: a round this far above its arm's median round
+    places: tuple[tuple[int, int], ...]  # by place in a worker pair: (arm rounds that spiked, arm rounds)
+    sizes_ms: tuple[float, ...]          # how far above its arm's median round each spike stood
 
 
 def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spikes]:
@@ -128,7 +129,7 @@ def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spik
         by_place, found = counts.setdefault(commit[:7], {}), sizes.setdefault(commit[:7], [])
         for rounds in arms.values():
             totals = [((r or {}).get(OVERHEAD_CPU) or {}).get("total_ms") for r in rounds]
-            if None in totals or len(totals) < 2:
+            if None in totals or len(totals) < 3:  # a median of two would halve a spike
                 continue
             median = statistics.median(totals)
             for i, total in enumerate(totals):
@@ -137,15 +138,15 @@ def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spik
                 if total - median > spike_ms:
                     cell[0] += 1
                     found.append(total - median)
-    return {c: Spikes([(k, n) for k, n in (by_place[i] for i in sorted(by_place))], sizes[c])
+    return {c: Spikes(spike_ms, tuple((k, n) for k, n in (by_place[i] for i in sorted(by_place))), tuple(sizes[c]))
             for c, by_place in counts.items() if by_place}
 
 
 def spikes_line(commit: str, spikes: Spikes) -> str:
-    line = (f"host-work spikes (overhead_cpu over {SPIKE_MS:.0f} ms above the arm's median round) by place in a worker "
+    line = (f"host-work spikes (overhead_cpu over {spikes.spike_ms:.0f} ms above the arm's median round) by place in a worker "
             f"pair, every gate with candidate {commit}: " + ", ".join(f"{k}/{n}" for k, n in spikes.places))
     if spikes.sizes_ms:
-        q = statistics.quantiles(spikes.sizes_ms, n=10) if len(spikes.sizes_ms) > 1 else spikes.sizes_ms * 9
+        q = statistics.quantiles(spikes.sizes_ms, n=10, method="inclusive") if len(spikes.sizes_ms) > 1 else spikes.sizes_ms * 9
         line += (f"; above the median round by {statistics.median(spikes.sizes_ms):.0f} ms "
                  f"(10th-90th percentile {q[0]:.0f}-{q[-1]:.0f}, all {min(spikes.sizes_ms):.0f}-{max(spikes.sizes_ms):.0f})")
     return line

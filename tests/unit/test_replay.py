@@ -207,10 +207,13 @@ def test_the_noise_study_counts_one_off_spikes_of_host_work_by_place_and_commit(
                                     older, {"level": 0, "phases": {}},
                                     {"phases": {"base": [{"overhead_cpu": {"total_ms": 1.0}}] * 2}}])
         line = noise.spikes_line("aaaaaaa", counts["aaaaaaa"])
-    assert counts["aaaaaaa"].places == [(2, 8), (1, 8), (0, 8), (0, 8)] and counts["aaaaaaa"].sizes_ms == [30.0] * 3
-    assert counts["bbbbbbb"].places == [(0, 4)] * 4 and counts["bbbbbbb"].sizes_ms == []
-    assert counts["ddddddd"].places == [(2, 8), (1, 8)] and "ccccccc" not in counts
+        wide = noise.spikes_line("ddddddd", noise.Spikes(30.0, ((3, 8),), (26.0, 40.0, 90.0)))
+    assert counts["aaaaaaa"].places == ((2, 8), (1, 8), (0, 8), (0, 8)) and counts["aaaaaaa"].sizes_ms == (30.0,) * 3
+    assert counts["bbbbbbb"].places == ((0, 4),) * 4 and counts["bbbbbbb"].sizes_ms == ()
+    assert counts["ddddddd"].places == ((2, 8), (1, 8)) and "ccccccc" not in counts
     assert line.endswith("2/8, 1/8, 0/8, 0/8; above the median round by 30 ms (10th-90th percentile 30-30, all 30-30)")
+    # few spikes: the percentiles stay within the spikes (the default method extrapolates past them)
+    assert "over 30 ms" in wide and wide.endswith("by 40 ms (10th-90th percentile 29-80, all 26-90)")
 
 
 def test_a_power_row_keeps_when_the_gate_finished_and_each_arms_commit_and_replays_as_kept():
