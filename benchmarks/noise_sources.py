@@ -58,6 +58,11 @@ def describe(gate: dict) -> str:
             f" candidate/base {lag1(ratio):+.2f}")
 
 
+def restart_every(gate: dict) -> int:
+    """Rounds per worker pair in a kept gate (its own setting; the gate's default where a row predates it)."""
+    return gate.get("restart_every", ABSettings().restart_every)
+
+
 def core_term_sd(d: list[float], candidate_cores: list[int]) -> float:
     """The residual sd of d after fitting a mean and an offset for the candidate's core (n - 2 df)."""
     s = [1.0 if c == candidate_cores[0] else -1.0 for c in candidate_cores]
@@ -81,7 +86,7 @@ def pair_spread(gates: list[dict], metric: str) -> tuple[float, float]:
     within-pair spread explains; 0 when there is none)."""
     within, means, sizes = [], [], []
     for g in gates:
-        d, every = [math.log(r) for r in g["ratios"][metric]], (g.get("restart_every") or ABSettings().restart_every)
+        d, every = [math.log(r) for r in g["ratios"][metric]], restart_every(g)
         for block in (d[i:i + every] for i in range(0, len(d) - every + 1, every)):
             within.append(statistics.variance(block))
             means.append(statistics.fmean(block))
@@ -95,7 +100,7 @@ def place_spread(gates: list[dict], metric: str) -> list[float]:
     (index 0: the first round after a start), all gates pooled."""
     places: dict[int, list[float]] = {}
     for g in gates:
-        every = (g.get("restart_every") or ABSettings().restart_every)
+        every = restart_every(g)
         for i, r in enumerate(g["ratios"][metric]):
             places.setdefault(i % every, []).append(math.log(r))
     return [statistics.stdev(places[i]) for i in sorted(places) if len(places[i]) > 1]
@@ -125,7 +130,7 @@ def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spik
         arms = g.get("phases") or {}
         if not commit or not arms:
             continue
-        every = g.get("restart_every") or ABSettings().restart_every
+        every = restart_every(g)
         by_place, found = counts.setdefault(commit[:7], {}), sizes.setdefault(commit[:7], [])
         for rounds in arms.values():
             totals = [((r or {}).get(OVERHEAD_CPU) or {}).get("total_ms") for r in rounds]
@@ -138,7 +143,7 @@ def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spik
                 if total - median > spike_ms:
                     cell[0] += 1
                     found.append(total - median)
-    return {c: Spikes(spike_ms, tuple((k, n) for k, n in (by_place[i] for i in sorted(by_place))), tuple(sizes[c]))
+    return {c: Spikes(spike_ms, tuple(tuple(by_place[i]) for i in sorted(by_place)), tuple(sizes[c]))
             for c, by_place in counts.items() if by_place}
 
 
@@ -193,16 +198,15 @@ def summary(gates: list[dict]) -> list[str]:
 
 def main(paths: list[str]) -> int:
     for path in paths:
-        gates = [gate for line in Path(path).read_text().splitlines()
-                 if (gate := json.loads(line))["level"] == 0 and gate.get("into") != "env"]
+        rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+        gates = [gate for gate in rows if gate["level"] == 0 and gate.get("into") != "env"]
         print(path)
         for gate in gates:
             if "cpu_s" in gate and gate.get("cores"):
                 print(describe(gate))
         for line in summary(gates):
             print("  " + line)
-        everyone = [json.loads(line) for line in Path(path).read_text().splitlines()]
-        for commit, spikes in host_spikes(everyone).items():
+        for commit, spikes in host_spikes(rows).items():
             print("  " + spikes_line(commit, spikes))
     return 0
 
