@@ -203,7 +203,9 @@ def run_gate(matrix, combo, settings, trees, level, tolerance, seed, plan, resta
             "cores": {arm: [s.cpu for s in samples] for arm, samples in result.samples.items()},
             # each arm's CPU and wall seconds per round: how much of its core it got (a neighbour's share)
             "cpu_s": {arm: [s.cpu_s for s in samples] for arm, samples in result.samples.items()},
-            "wall_s": {arm: [s.wall_s for s in samples] for arm, samples in result.samples.items()}}
+            "wall_s": {arm: [s.wall_s for s in samples] for arm, samples in result.samples.items()},
+            # each arm's page faults per round: memory its generating thread touched for the first time
+            "page_faults": {arm: [s.page_faults for s in samples] for arm, samples in result.samples.items()}}
 
 
 def study_arguments(p: argparse.ArgumentParser, rounds: int, multiple: int) -> None:

@@ -33,6 +33,9 @@ from harness.perf.combinations import PerfSettings
 from harness.perf.record import GATED_PHASES, METRICS
 from harness.workload import registry
 
+PAGE_FAULTS = "page_faults"  # kept beside the metrics and phases of each round: harness/perf/record.py Round
+FAULTS_NOTED = 100  # a round's own work touches a few pages anew; a heap that grew, a thousand and more
+
 
 def start(matrix, combo, settings, tree: revision.Tree, plan: duet.Plan, rounds: int,
           noise: tuple[int, ...]) -> tuple[float, dict, int]:
@@ -54,8 +57,9 @@ def start(matrix, combo, settings, tree: revision.Tree, plan: duet.Plan, rounds:
         gate.close(ask=False)
         raise
     gate.close()
-    measured = {arm: {name: [r.metric(name) if name in METRICS else r.phase_ms(name) for r in samples]
-                      for name in (*METRICS, *GATED_PHASES)}
+    measured = {arm: {**{name: [r.metric(name) if name in METRICS else r.phase_ms(name) for r in samples]
+                         for name in (*METRICS, *GATED_PHASES)},
+                      PAGE_FAULTS: [r.page_faults for r in samples]}
                 for arm, samples in gate.samples.items()}
     return seconds, measured, gate.redone
 
@@ -68,13 +72,26 @@ def first_round(rows: list[dict]) -> str | None:
     for r in rows:
         for arm in (r.get("rounds") or {}).values():
             for name, values in arm.items():
-                if len(values) > 1 and all(v for v in values):
+                if name != PAGE_FAULTS and len(values) > 1 and all(v for v in values):
                     rest = statistics.fmean(math.log(v) for v in values[1:])
                     gaps.setdefault(name, []).append(math.log(values[0]) - rest)
     if not gaps:
         return None
     return "; ".join(f"{name} {100 * statistics.fmean(g):+.1f}% (sd {100 * statistics.stdev(g):.1f}%, {len(g)} arms)"
                      if len(g) > 1 else f"{name} {100 * g[0]:+.1f}% (1 arm)" for name, g in gaps.items())
+
+
+def faults_by_round(rows: list[dict]) -> str | None:
+    """Per round after a start: in how many arms its generating thread took page faults (touched
+    memory for the first time), and the most it took; rows kept before rounds counted them have none."""
+    counts = [arm[PAGE_FAULTS] for row in rows for arm in (row.get("rounds") or {}).values()
+              if arm.get(PAGE_FAULTS) and None not in arm[PAGE_FAULTS]]
+    if not counts:
+        return None
+    places = range(max(len(c) for c in counts))
+    return ", ".join(f"round {i + 1}: {sum(1 for c in counts if len(c) > i and c[i] > FAULTS_NOTED)} of "
+                     f"{sum(1 for c in counts if len(c) > i)} arms (most {max(c[i] for c in counts if len(c) > i)})"
+                     for i in places)
 
 
 def show(rows: list[dict]) -> None:
@@ -91,6 +108,8 @@ def show(rows: list[dict]) -> None:
                   + f"; median {statistics.median(r['seconds'] for r in took):.1f}")
             if gaps := first_round(took):
                 print(f"  {'':45} first round against the rest: {gaps}")
+            if faults := faults_by_round(took):
+                print(f"  {'':45} page faults over {FAULTS_NOTED} in a round: {faults}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,11 @@
 """Clocks: the median time of repeated calls (the one timing loop behind the kernel table
 harness/machine/kernels.py, the step costs harness/machine/predict.py and the host-speed probe
-harness/machine/hostspeed.py), and a clock that waits for a device's queued work (generate.py)."""
+harness/machine/hostspeed.py), a clock that waits for a device's queued work (generate.py), and the
+calling thread's page faults (the perf gate's rounds)."""
 
 from __future__ import annotations
 
+import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -39,3 +41,14 @@ def device_clock(device: Any) -> Callable[[], float]:
         return time.perf_counter()
 
     return read
+
+
+def thread_page_faults() -> int | None:
+    """Page faults the calling thread has taken so far, minor and major (getrusage RUSAGE_THREAD):
+    each minor one is a page of memory touched for the first time, which the kernel must find and
+    zero, and it is charged to the thread's CPU time. None where the system has no per-thread count."""
+    who = getattr(resource, "RUSAGE_THREAD", None)  # Linux
+    if who is None:
+        return None
+    usage = resource.getrusage(who)
+    return usage.ru_minflt + usage.ru_majflt

@@ -34,7 +34,7 @@ def warmup_settings(settings: DecodeSettings) -> DecodeSettings:
 
 
 def warm_up(arms: Sequence[T], run: Callable[[T, Any, DecodeSettings], Any], inputs: Sequence[Any],
-            settings: DecodeSettings, *, device: str = "cpu", full: Collection[T] = ()) -> None:
+            settings: DecodeSettings, *, device: str = "cpu", full: Collection[T] = (), cycles: int = 1) -> None:
     """Run every arm before anything is measured, `run(arm, input, settings)`. On a GPU every input at
     its full length: kernels are chosen per shape on first sight there (in bf16, cuDNN's attention
     builds a plan for every new key length: docs/bench.md, "Checked on a GPU"), so a short warm-up
@@ -44,11 +44,19 @@ def warm_up(arms: Sequence[T], run: Callable[[T, Any, DecodeSettings], Any], inp
     first round of a worker spread wider on one class and its host work ran slower on another
     (docs/perf-gate.md, "The first round of a worker"). The bench and the comparison tables
     (benchmarks/combination_table.py, attention_table.py), which run each prompt once per arm, keep
-    the short warm-up: a full one would double their assisted runs."""
+    the short warm-up: a full one would double their assisted runs.
+
+    `cycles`: how many times the whole warm-up runs. A process's allocator goes on growing its heap
+    over its first runs, and a run that grows it pays for every page it touches for the first time;
+    the perf gate warms up twice, after which its rounds touched no new memory (docs/perf-gate.md,
+    "The first round of a worker")."""
+    if cycles < 1:
+        raise ValueError(f"cycles must be at least 1, got {cycles}")
     short = warmup_settings(settings)
-    for i, ids in enumerate(inputs):
-        for arm in arms:
-            if device != "cpu" or arm in full:
-                run(arm, ids, settings)
-            elif i == 0:
-                run(arm, ids, short)
+    for _ in range(cycles):
+        for i, ids in enumerate(inputs):
+            for arm in arms:
+                if device != "cpu" or arm in full:
+                    run(arm, ids, settings)
+                elif i == 0:
+                    run(arm, ids, short)

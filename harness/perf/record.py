@@ -60,6 +60,7 @@ class Round:
     cpu: int | None = None               # side by side: the core the round started on (swap_s: cores alternate); else None
     phases: dict[str, PhaseCost] | None = None  # the round's passes by phase (ROUND_PHASES); None: untimed, or an older worker
     acceptance_by_position: list[float] | None = None  # drafted position i -> share of steps keeping it
+    page_faults: int | None = None       # the generating thread's page faults in the round (timing.thread_page_faults)
 
     def metric(self, name: str) -> float:
         return getattr(self, name)
@@ -90,6 +91,11 @@ class Round:
                 isinstance(c, Mapping) and all(isinstance(c.get(k), int) for k in COUNTERS) for c in counters.values()):
             raise RecordError(f"{source}: round field 'counters' must map each prompt to {', '.join(COUNTERS)}")
         optional = {k: doc.get(k) for k in ("cpu_s", "wall_s", "cpu") if doc.get(k) is not None}
+        if doc.get("page_faults") is not None:
+            faults = doc["page_faults"]
+            if isinstance(faults, bool) or not isinstance(faults, int) or faults < 0:
+                raise RecordError(f"{source}: round field 'page_faults' must be a count (an integer, 0 or more), got {faults!r}")
+            optional["page_faults"] = faults
         if doc.get("phases") is not None:
             optional["phases"] = _phases_from(doc["phases"], source)
         if doc.get("acceptance_by_position") is not None:

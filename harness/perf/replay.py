@@ -48,16 +48,21 @@ class RecordedGate:
     mode: str | None                   # A/B: "duet" or "interleaved"
 
 
-def _without_phases(entry: Any) -> Any:
-    """A version-3 result with its rounds given the fields version 4 added, as nulls."""
-    if not isinstance(entry, dict):
+def _rounds_with_null(*fields: str) -> Callable[[Any], Any]:
+    """A result of the version before `fields` were added to its rounds (both arms'), given them as nulls."""
+    def fill_rounds(rounds: Any) -> Any:
+        if not isinstance(rounds, list):
+            return rounds
+        return [{**r, **dict.fromkeys(fields)} if isinstance(r, dict) else r for r in rounds]
+
+    def fill(entry: Any) -> Any:
+        if not isinstance(entry, dict):
+            return entry
+        entry = {**entry, "rounds": fill_rounds(entry.get("rounds"))}
+        if isinstance(entry.get("ab"), dict):
+            entry["ab"] = {**entry["ab"], "base_rounds": fill_rounds(entry["ab"].get("base_rounds"))}
         return entry
-    fill = lambda rounds: [{**r, "phases": None, "acceptance_by_position": None} if isinstance(r, dict) else r  # noqa: E731
-                           for r in rounds] if isinstance(rounds, list) else rounds
-    entry = {**entry, "rounds": fill(entry.get("rounds"))}
-    if isinstance(entry.get("ab"), dict):
-        entry["ab"] = {**entry["ab"], "base_rounds": fill(entry["ab"].get("base_rounds"))}
-    return entry
+    return fill
 
 
 def _with_null(field: str) -> Callable[[Any], Any]:
@@ -76,11 +81,12 @@ def _each_result(upgrade: Callable[[Any], Any]) -> Callable[[dict], dict]:
 # version -> what a results.json of that version gains to read as the next one
 _UPGRADES: dict[int, Callable[[dict], dict]] = {
     2: lambda doc: {"provenance": None},                # before results recorded where they came from
-    3: _each_result(_without_phases),                   # before rounds recorded their phases
+    3: _each_result(_rounds_with_null("phases", "acceptance_by_position")),  # before rounds recorded their phases
     4: _each_result(_with_null("environments")),        # before A/B results named the arms' environments
     5: _each_result(_with_null("swap_s")),              # before side-by-side arms exchanged cores within a round
     6: _each_result(_with_null("stand_in_rounds")),     # before the stand-in covered the arm that finished first
     7: _each_result(_with_null("synced_rounds")),       # before the arms could start each run of a round together
+    8: _each_result(_rounds_with_null("page_faults")),  # before rounds counted their page faults
 }
 
 

@@ -21,12 +21,13 @@ from harness.perf.stored import host
 from harness.perf.record import CombinationResult
 
 SCHEMA = PACKAGE_DIR / "schemas" / "perf-results.schema.json"
-SCHEMA_VERSION = 8  # 2: one record per combination (harness/perf/record.py), rounds in place of per-metric lists;
+SCHEMA_VERSION = 9  # 2: one record per combination (harness/perf/record.py), rounds in place of per-metric lists;
 #                    3: provenance (harness/machine/provenance.py); 4: each round's phases (harness/measure/phases.py)
 #                    5: the A/B arms' Python environments (harness/perf/ab/environment.py)
 #                    6: the side-by-side arms' exchange of cores within a round (harness/perf/ab/duet.py)
 #                    7: the rounds the stand-in covered (harness/perf/ab/standin.py)
 #                    8: the rounds whose runs both arms started together (harness/perf/ab/worker.py, sync)
+#                    9: each round's page faults (harness/core/timing.py thread_page_faults)
 HEADERS = ["Combination", "Plain tok/s", "Assisted tok/s", "Speedup", "Acceptance", "Rounds", "Verdict", "Detail"]
 
 

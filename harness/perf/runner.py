@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core import descriptive
+from harness.core import descriptive, timing
 from harness.machine import provenance
 from harness.measure import interleave, phases
 from harness.perf import plant
@@ -83,7 +83,8 @@ class Runner:
 
     def warmup(self) -> None:
         interleave.warm_up((PLAIN, self.combo.mode), self._run, self.inputs, self.decode, device=self.combo.device,
-                           full=(self.combo.mode,))  # it verifies several tokens a pass
+                           full=(self.combo.mode,),  # it verifies several tokens a pass
+                           cycles=2)  # until the allocator's heap stops growing
 
     def round(self, between: Callable[[int, int], None] | None = None) -> Round:
         """One sample of every metric: each prompt plain and assisted, order alternating by round.
@@ -97,7 +98,7 @@ class Runner:
         counters: dict[str, dict[str, int]] = {}
         runs: dict[str, list[GenerationResult]] = {PLAIN: [], self.combo.mode: []}
         total, done_runs = len(self.prompts) * len(order), 0
-        cpu0, t0 = time.process_time(), time.perf_counter()
+        cpu0, t0, faults0 = time.process_time(), time.perf_counter(), timing.thread_page_faults()
         for prompt, ids in zip(self.prompts, self.inputs):
             settings = dataclasses.replace(self.decode, seed=n)  # sampled: same seed for both modes
             for mode in order:
@@ -111,10 +112,12 @@ class Runner:
                 if mode != PLAIN:
                     counters[prompt.id] = {"new_tokens": r.new_tokens, "drafted": r.drafted or 0,
                                            "accepted": r.accepted or 0, "target_forwards": r.target_forwards}
+        faults1 = timing.thread_page_faults()
         plain = decode_tokens[PLAIN] / decode_s[PLAIN]
         assisted = decode_tokens[self.combo.mode] / decode_s[self.combo.mode]
         done = Round(plain_tokens_per_sec=plain, assisted_tokens_per_sec=assisted, speedup=assisted / plain,
                      counters=counters, cpu_s=time.process_time() - cpu0, wall_s=time.perf_counter() - t0,
+                     page_faults=None if faults0 is None or faults1 is None else faults1 - faults0,
                      **round_phases(runs[PLAIN], runs[self.combo.mode]))
         self.samples.add(done)
         return done

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from itertools import permutations
 
+import pytest
+
 from harness.measure import interleave
 from harness.workload.decode import DecodeSettings
 
@@ -33,6 +35,17 @@ def test_on_a_cpu_an_arm_that_verifies_sees_every_prompt_at_full_length():
     interleave.warm_up(["plain", "assisted"], lambda arm, ids, s: ran.append((arm, ids, s.max_new_tokens)),
                        ["p0", "p1"], settings, full=["assisted"])
     assert ran == [("plain", "p0", interleave.WARMUP_TOKENS), ("assisted", "p0", 64), ("assisted", "p1", 64)]
+
+
+def test_a_warm_up_of_two_cycles_runs_the_whole_warm_up_twice():
+    settings = DecodeSettings(max_new_tokens=64, min_new_tokens=64)
+    ran = []
+    interleave.warm_up(["plain", "assisted"], lambda arm, ids, s: ran.append((arm, ids, s.max_new_tokens)),
+                       ["p0", "p1"], settings, full=["assisted"], cycles=2)
+    once = [("plain", "p0", interleave.WARMUP_TOKENS), ("assisted", "p0", 64), ("assisted", "p1", 64)]
+    assert ran == once + once
+    with pytest.raises(ValueError, match="cycles"):
+        interleave.warm_up(["plain"], lambda *a: None, ["p0"], settings, cycles=0)
 
 
 def test_on_a_gpu_the_warm_up_runs_every_prompt_at_full_length():

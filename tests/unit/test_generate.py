@@ -198,3 +198,26 @@ def test_on_a_gpu_the_prefill_holds_the_gpu_work_not_its_launch(target):
         hook.remove()
     assert r.prefill_ms > 20, r.prefill_ms
     assert r.total_s * 1000 > r.prefill_ms
+
+
+def test_a_thread_that_touches_fresh_memory_takes_a_page_fault_a_page():
+    """The perf gate's rounds count the generating thread's page faults (harness/core/timing.py): a
+    page touched for the first time is one, a page touched again is none."""
+    import mmap
+
+    from harness.core import timing
+
+    pages = 4096
+    buf = mmap.mmap(-1, pages * mmap.PAGESIZE)  # anonymous: no page backed until touched
+    try:
+        before = timing.thread_page_faults()
+        for off in range(0, len(buf), mmap.PAGESIZE):
+            buf[off] = 1
+        first = timing.thread_page_faults()
+        for off in range(0, len(buf), mmap.PAGESIZE):
+            buf[off] = 2
+        again = timing.thread_page_faults()
+    finally:
+        buf.close()
+    assert pages * 0.9 <= first - before <= pages * 1.1
+    assert again - first < pages * 0.01

@@ -73,7 +73,8 @@ def test_a_result_of_each_gate_is_valid_and_a_field_out_of_place_is_not():
 
 
 @pytest.mark.parametrize("field, value", [("speedup", 0), ("plain_tokens_per_sec", float("nan")),
-                                          ("assisted_tokens_per_sec", "7"), ("counters", {"p0": {"drafted": 1}})])
+                                          ("assisted_tokens_per_sec", "7"), ("counters", {"p0": {"drafted": 1}}),
+                                          ("page_faults", -1), ("page_faults", 2.5), ("page_faults", True)])
 def test_a_worker_round_that_is_not_a_round_is_named(field, value):
     with pytest.raises(RecordError, match=f"worker base: round field '{field}'"):
         a_round(**{field: value})
@@ -117,7 +118,12 @@ def test_recordings_of_every_earlier_schema_replay_and_a_swap_or_stand_in_out_of
         broken["results"][0]["ab"][field] = bad
         with pytest.raises(ResultsError, match=field):
             jsonio.validate(broken, report.SCHEMA, "results", ResultsError)
-    v7 = json.loads(json.dumps(doc))
+    v8 = json.loads(json.dumps(doc))
+    v8["schema_version"] = 8
+    for rounds in (v8["results"][0]["rounds"], v8["results"][0]["ab"]["base_rounds"]):
+        for r in rounds:
+            del r["page_faults"]
+    v7 = json.loads(json.dumps(v8))
     v7["schema_version"] = 7
     del v7["results"][0]["ab"]["synced_rounds"]
     v6 = json.loads(json.dumps(v7))
@@ -137,7 +143,7 @@ def test_recordings_of_every_earlier_schema_replay_and_a_swap_or_stand_in_out_of
     v2 = json.loads(json.dumps(v3))
     v2["schema_version"] = 2
     del v2["provenance"]
-    for version, old in ((8, doc), (7, v7), (6, v6), (5, v5), (4, v4), (3, v3), (2, v2)):
+    for version, old in ((9, doc), (8, v8), (7, v7), (6, v6), (5, v5), (4, v4), (3, v3), (2, v2)):
         path = tmp_path / f"v{version}.json"
         path.write_text(json.dumps(old))
         gate = Recording.load(path).gates["c"]
