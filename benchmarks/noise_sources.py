@@ -16,7 +16,8 @@ and what the worker restarts are for: the spread between worker pairs (blocks of
 rounds) beside the spread within one, by a one-way analysis of variance; and the spread of each
 place in a worker pair (its first round, its second, ...), which shows what a start leaves in the
 rounds after it (docs/perf-gate.md, "The first round of a worker"); and, over every gate of the file by
-the candidate's commit, how often an arm's round at each place held a one-off spike of host work.
+the candidate's commit, how often an arm's round at each place held a one-off spike of host work,
+and, where the rows kept them, how often it took page faults (touched memory for the first time).
 
     python benchmarks/noise_sources.py benchmarks/data/ab_power_avx512-bf16_duet_vm-busy.jsonl
 """
@@ -106,6 +107,8 @@ def place_spread(gates: list[dict], metric: str) -> list[float]:
     return [statistics.stdev(places[i]) for i in sorted(places) if len(places[i]) > 1]
 
 
+FAULTS_NOTED = 100  # page faults in a round: its own work touches a few pages anew, a heap that grew a thousand and more
+PAGE_FAULTS = "page_faults"  # a row's page faults per round, by arm (ab_power.py; harness/perf/record.py Round)
 SPIKE_MS = 25.0  # a round's host work this far above the arm's median round: a one-off cost, not noise (a step's is ~20 ms)
 
 
@@ -115,6 +118,10 @@ class Spikes:
     spike_ms: float                       # the cut-off: a round this far above its arm's median round
     places: tuple[tuple[int, int], ...]  # by place in a worker pair: (arm rounds that spiked, arm rounds)
     sizes_ms: tuple[float, ...]          # how far above its arm's median round each spike stood
+    # by place: (arm rounds whose generating thread took over FAULTS_NOTED page faults, arm rounds that
+    # counted them); empty where no row kept the counts (rows before the rounds counted page faults)
+    faulted: tuple[tuple[int, int], ...] = ()
+    spikes_faulted: int = 0              # spikes in a round that took over FAULTS_NOTED page faults
 
 
 def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spikes]:
@@ -125,6 +132,8 @@ def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spik
     round the load guard redid ran again in the same worker, so its place counts one run later."""
     counts: dict[str, dict[int, list[int]]] = {}
     sizes: dict[str, list[float]] = {}
+    faulted: dict[str, dict[int, list[int]]] = {}
+    spikes_faulted: dict[str, int] = {}
     for g in gates:
         commit = ((g.get("trees") or {}).get("candidate") or {}).get("commit")
         arms = g.get("phases") or {}
@@ -132,18 +141,27 @@ def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spik
             continue
         every = restart_every(g)
         by_place, found = counts.setdefault(commit[:7], {}), sizes.setdefault(commit[:7], [])
-        for rounds in arms.values():
+        for arm, rounds in arms.items():
             totals = [((r or {}).get(OVERHEAD_CPU) or {}).get("total_ms") for r in rounds]
             if None in totals or len(totals) < 3:  # a median of two would halve a spike
                 continue
+            faults = (g.get(PAGE_FAULTS) or {}).get(arm) or []
+            faults = faults if len(faults) == len(totals) and None not in faults else None
             median = statistics.median(totals)
             for i, total in enumerate(totals):
                 cell = by_place.setdefault(i % every, [0, 0])
                 cell[1] += 1
+                touched = faults is not None and faults[i] > FAULTS_NOTED
+                if faults is not None:
+                    fault_cell = faulted.setdefault(commit[:7], {}).setdefault(i % every, [0, 0])
+                    fault_cell[0] += touched
+                    fault_cell[1] += 1
                 if total - median > spike_ms:
                     cell[0] += 1
                     found.append(total - median)
-    return {c: Spikes(spike_ms, tuple(tuple(by_place[i]) for i in sorted(by_place)), tuple(sizes[c]))
+                    spikes_faulted[commit[:7]] = spikes_faulted.get(commit[:7], 0) + touched
+    return {c: Spikes(spike_ms, tuple(tuple(by_place[i]) for i in sorted(by_place)), tuple(sizes[c]),
+                      tuple(tuple(faulted[c][i]) for i in sorted(faulted.get(c, {}))), spikes_faulted.get(c, 0))
             for c, by_place in counts.items() if by_place}
 
 
@@ -154,6 +172,9 @@ def spikes_line(commit: str, spikes: Spikes) -> str:
         q = statistics.quantiles(spikes.sizes_ms, n=10, method="inclusive") if len(spikes.sizes_ms) > 1 else spikes.sizes_ms * 9
         line += (f"; above the median round by {statistics.median(spikes.sizes_ms):.0f} ms "
                  f"(10th-90th percentile {q[0]:.0f}-{q[-1]:.0f}, all {min(spikes.sizes_ms):.0f}-{max(spikes.sizes_ms):.0f})")
+    if spikes.faulted:
+        line += (f"; rounds with over {FAULTS_NOTED} page faults by place: " + ", ".join(f"{k}/{n}" for k, n in spikes.faulted)
+                 + f", {spikes.spikes_faulted} of the {len(spikes.sizes_ms)} spikes among them")
     return line
 
 

@@ -5,9 +5,10 @@ tree's in turn, so that both meet the same hours of the host. Appends one row a 
 prints, per comparison (the HEAD commit both trees stood on) and per tree, each start's seconds and
 their median. Where a start's time goes and what it costs a gate: docs/perf-gate.md, "A round", its
 restart paragraph. With --rounds N each start also runs N rounds side by side, as the gate's first
-rounds after a (re)start, and the row keeps each arm's metrics and gated phases by round; --show then
-prints how far each tree's first round stood from the rounds after it (docs/perf-gate.md, "The first
-round of a worker").
+rounds after a (re)start, and the row keeps each arm's metrics, gated phases and page faults by round;
+--show then prints how far each tree's first round stood from the rounds after it, and at each round
+after a start in how many arms the round touched memory anew (docs/perf-gate.md, "The first round of
+a worker").
 
     python benchmarks/worker_start.py --starts 3 --out benchmarks/data/worker_start_avx2.jsonl
     python benchmarks/worker_start.py --starts 5 --rounds 4 --out benchmarks/data/first_round_avx512-bf16.jsonl
@@ -25,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import ab_power
+from noise_sources import FAULTS_NOTED, PAGE_FAULTS
 from harness.perf.ab import duet, revision
 from harness.perf.ab.arms import Arm
 from harness.perf.ab.gate import ABGate, ABSettings
@@ -32,9 +34,6 @@ from harness.perf.ab.loadguard import LoadGuard, noise_pids
 from harness.perf.combinations import PerfSettings
 from harness.perf.record import GATED_PHASES, METRICS
 from harness.workload import registry
-
-PAGE_FAULTS = "page_faults"  # kept beside the metrics and phases of each round: harness/perf/record.py Round
-FAULTS_NOTED = 100  # a round's own work touches a few pages anew; a heap that grew, a thousand and more
 
 
 def start(matrix, combo, settings, tree: revision.Tree, plan: duet.Plan, rounds: int,

@@ -245,7 +245,7 @@ def test_the_start_study_shows_each_trees_starts_and_their_median(capsys):
     """benchmarks/worker_start.py --show: the kept starts, per host condition and tree."""
     from bench_scripts import script_module
 
-    with script_module("ab_power"), script_module("worker_start") as study:
+    with script_module("ab_power"), script_module("noise_sources"), script_module("worker_start") as study:
         with pytest.raises(SystemExit):  # --starts: at least 1
             study.main(["--starts", "0", "--out", "unused.jsonl"])
         kept = Path(study.__file__).parent / "data" / "worker_start_avx2.jsonl"
@@ -270,7 +270,7 @@ def test_the_start_study_shows_how_far_each_trees_first_round_stood_from_the_res
     per tree, over both arms of every start; a round without a phase (None) leaves that phase out."""
     from bench_scripts import script_module
 
-    with script_module("ab_power"), script_module("worker_start") as study:
+    with script_module("ab_power"), script_module("noise_sources"), script_module("worker_start") as study:
         for rounds in ("-1", "1", "5"):  # one round has nothing to be compared with; a gate restarts after 4
             with pytest.raises(SystemExit):
                 study.main(["--rounds", rounds, "--out", "unused.jsonl"])
@@ -279,15 +279,20 @@ def test_the_start_study_shows_how_far_each_trees_first_round_stood_from_the_res
         assert study.main(["--rounds", "4", "--out", str(kept), "--show"]) == 0  # 4 accepted; the kept rows shown
         assert "first round against the rest: speedup" in capsys.readouterr().out
         first_slow = {"assisted_tokens_per_sec": [9.0, 10.0, 10.0], "draft_step": [22.0, 20.0, 20.0],
-                      "verify": [None, 30.0, 30.0]}
+                      "verify": [None, 30.0, 30.0], "page_faults": [1261, 0, 3]}
         first_even = {"assisted_tokens_per_sec": [10.0, 10.0, 10.0], "draft_step": [20.0, 20.0, 20.0],
-                      "verify": [30.0, 30.0, 30.0]}
+                      "verify": [30.0, 30.0, 30.0], "page_faults": [2, 0, 101]}
         rows = [{"combination": "c", "cpu_class": "avx2", "condition": "quiet", "tree": tree, "commit": "a" * 40,
                  "seconds": 60.0, "rounds": {"base": arm, "candidate": arm}} for tree, arm in
                 [("HEAD", first_slow), ("working tree", first_even)]]
         study.show(rows)
     out = capsys.readouterr().out.splitlines()
-    head, tree = out[2], out[4]
+    head, tree = out[2], out[5]
     assert "first round against the rest: assisted_tokens_per_sec -10.5% (sd 0.0%, 2 arms)" in head
     assert "draft_step +9.5% (sd 0.0%, 2 arms)" in head and "verify" not in head
     assert "assisted_tokens_per_sec +0.0%" in tree and "verify +0.0% (sd 0.0%, 2 arms)" in tree
+    # each round's page faults: in how many arms the round touched over 100 pages anew, not a ratio
+    assert "page_faults" not in head + tree
+    assert out[3].endswith("page faults over 100 in a round: round 1: 2 of 2 arms (most 1261), "
+                           "round 2: 0 of 2 arms (most 0), round 3: 0 of 2 arms (most 3)")
+    assert out[6].endswith("round 1: 0 of 2 arms (most 2), round 2: 0 of 2 arms (most 0), round 3: 2 of 2 arms (most 101)")

@@ -195,10 +195,11 @@ def test_the_noise_study_counts_one_off_spikes_of_host_work_by_place_and_commit(
     median is counted at its place in the worker pair (the row's own restart_every), under the
     candidate's commit, with its size; 20 ms is not, nor an arm without the phase in every round, nor
     a gate without phases or a commit."""
-    def gate(commit, extra_ms, at, every=4, rounds=8):
+    def gate(commit, extra_ms, at, every=4, rounds=8, faults=None):
         spiked = [{"overhead_cpu": {"total_ms": 60.0 + (extra_ms if i in at else 0.0)}} for i in range(rounds)]
-        return {"trees": {"candidate": {"commit": commit}}, "restart_every": every,
-                "phases": {"base": spiked, "candidate": [{"overhead_cpu": {"total_ms": 61.0}}] * rounds}}
+        row = {"trees": {"candidate": {"commit": commit}}, "restart_every": every,
+               "phases": {"base": spiked, "candidate": [{"overhead_cpu": {"total_ms": 61.0}}] * rounds}}
+        return row if faults is None else {**row, "page_faults": faults}
     older = {"trees": {"candidate": {"commit": "ccccccc3"}}, "restart_every": 4,
              "phases": {"base": [{"verify": {"total_ms": 1.0}}] * 4, "candidate": [None, *[{"overhead_cpu": {"total_ms": 1.0}}] * 3]}}
     with script_module("noise_sources") as noise:
@@ -207,9 +208,18 @@ def test_the_noise_study_counts_one_off_spikes_of_host_work_by_place_and_commit(
                                     older, {"level": 0, "phases": {}},
                                     {"phases": {"base": [{"overhead_cpu": {"total_ms": 1.0}}] * 2}}])
         line = noise.spikes_line("aaaaaaa", counts["aaaaaaa"])
+        # where the rows kept each round's page faults: the rounds over 100 by place, and the spikes among them
+        faulted = noise.host_spikes([gate("eeeeeee5", 30.0, {0, 4}, faults={"base": [1261, 0, 0, 0, 5, 0, 0, 0],
+                                                                            "candidate": [0, 0, 0, 0, 0, 0, 0, 2523]}),
+                                     gate("eeeeeee5", 30.0, {1}, rounds=4, faults={"base": [0, 0, 0, None]})])["eeeeeee"]
         wide = noise.spikes_line("ddddddd", noise.Spikes(30.0, ((3, 8),), (26.0, 40.0, 90.0)))
     assert counts["aaaaaaa"].places == ((2, 8), (1, 8), (0, 8), (0, 8)) and counts["aaaaaaa"].sizes_ms == (30.0,) * 3
     assert counts["bbbbbbb"].places == ((0, 4),) * 4 and counts["bbbbbbb"].sizes_ms == ()
+    assert counts["aaaaaaa"].faulted == () and "page faults" not in line  # rows from before the counts
+    assert faulted.places == ((2, 6), (1, 6), (0, 6), (0, 6)) and faulted.spikes_faulted == 1
+    assert faulted.faulted == ((1, 4), (0, 4), (0, 4), (1, 4))  # the second gate's base lacks a count: left out
+    assert noise.spikes_line("eeeeeee", faulted).endswith(
+        "rounds with over 100 page faults by place: 1/4, 0/4, 0/4, 1/4, 1 of the 3 spikes among them")
     assert counts["ddddddd"].places == ((2, 8), (1, 8)) and "ccccccc" not in counts
     assert line.endswith("2/8, 1/8, 0/8, 0/8; above the median round by 30 ms (10th-90th percentile 30-30, all 30-30)")
     # few spikes: the percentiles stay within the spikes (the default method extrapolates past them)
