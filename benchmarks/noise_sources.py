@@ -17,7 +17,7 @@ rounds) beside the spread within one, by a one-way analysis of variance; and the
 place in a worker pair (its first round, its second, ...), which shows what a start leaves in the
 rounds after it (docs/perf-gate.md, "The first round of a worker"); and, over every gate of the file by
 the candidate's commit, how often an arm's round at each place held a one-off spike of host work,
-and, where the rows kept them, how often it took page faults (touched memory for the first time).
+and, where the rows kept them, how often it took over 100 page faults (touched memory anew).
 
     python benchmarks/noise_sources.py benchmarks/data/ab_power_avx512-bf16_duet_vm-busy.jsonl
 """
@@ -108,7 +108,7 @@ def place_spread(gates: list[dict], metric: str) -> list[float]:
 
 
 FAULTS_NOTED = 100  # page faults in a round: its own work touches a few pages anew, a heap that grew a thousand and more
-PAGE_FAULTS = "page_faults"  # a row's page faults per round, by arm (ab_power.py; harness/perf/record.py Round)
+PAGE_FAULTS = "page_faults"  # Round's field (harness/perf/record.py), which ab_power.py's rows and worker_start.py's keep by arm
 SPIKE_MS = 25.0  # a round's host work this far above the arm's median round: a one-off cost, not noise (a step's is ~20 ms)
 
 
@@ -122,6 +122,7 @@ class Spikes:
     # counted them); empty where no row kept the counts (rows before the rounds counted page faults)
     faulted: tuple[tuple[int, int], ...] = ()
     spikes_faulted: int = 0              # spikes in a round that took over FAULTS_NOTED page faults
+    spikes_counted: int = 0              # spikes in a round that counted its page faults
 
 
 def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spikes]:
@@ -134,6 +135,7 @@ def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spik
     sizes: dict[str, list[float]] = {}
     faulted: dict[str, dict[int, list[int]]] = {}
     spikes_faulted: dict[str, int] = {}
+    spikes_counted: dict[str, int] = {}
     for g in gates:
         commit = ((g.get("trees") or {}).get("candidate") or {}).get("commit")
         arms = g.get("phases") or {}
@@ -160,8 +162,10 @@ def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spik
                     cell[0] += 1
                     found.append(total - median)
                     spikes_faulted[commit[:7]] = spikes_faulted.get(commit[:7], 0) + touched
+                    spikes_counted[commit[:7]] = spikes_counted.get(commit[:7], 0) + (faults is not None)
     return {c: Spikes(spike_ms, tuple(tuple(by_place[i]) for i in sorted(by_place)), tuple(sizes[c]),
-                      tuple(tuple(faulted[c][i]) for i in sorted(faulted.get(c, {}))), spikes_faulted.get(c, 0))
+                      tuple(tuple(faulted[c][i]) for i in sorted(faulted.get(c, {}))), spikes_faulted.get(c, 0),
+                      spikes_counted.get(c, 0))
             for c, by_place in counts.items() if by_place}
 
 
@@ -174,7 +178,7 @@ def spikes_line(commit: str, spikes: Spikes) -> str:
                  f"(10th-90th percentile {q[0]:.0f}-{q[-1]:.0f}, all {min(spikes.sizes_ms):.0f}-{max(spikes.sizes_ms):.0f})")
     if spikes.faulted:
         line += (f"; rounds with over {FAULTS_NOTED} page faults by place: " + ", ".join(f"{k}/{n}" for k, n in spikes.faulted)
-                 + f", {spikes.spikes_faulted} of the {len(spikes.sizes_ms)} spikes among them")
+                 + f", {spikes.spikes_faulted} of the {spikes.spikes_counted} spikes whose rounds counted page faults were among them")
     return line
 
 

@@ -7,8 +7,8 @@ their median. Where a start's time goes and what it costs a gate: docs/perf-gate
 restart paragraph. With --rounds N each start also runs N rounds side by side, as the gate's first
 rounds after a (re)start, and the row keeps each arm's metrics, gated phases and page faults by round;
 --show then prints how far each tree's first round stood from the rounds after it, and at each round
-after a start in how many arms the round touched memory anew (docs/perf-gate.md, "The first round of
-a worker").
+after a start in how many arms the round took over 100 page faults, touching memory anew
+(docs/perf-gate.md, "The first round of a worker").
 
     python benchmarks/worker_start.py --starts 3 --out benchmarks/data/worker_start_avx2.jsonl
     python benchmarks/worker_start.py --starts 5 --rounds 4 --out benchmarks/data/first_round_avx512-bf16.jsonl
@@ -81,8 +81,9 @@ def first_round(rows: list[dict]) -> str | None:
 
 
 def faults_by_round(rows: list[dict]) -> str | None:
-    """Per round after a start: in how many arms its generating thread took page faults (touched
-    memory for the first time), and the most it took; rows kept before rounds counted them have none."""
+    """Per round after a start: in how many arms its generating thread took over FAULTS_NOTED page
+    faults (touched that much memory for the first time), and the most any took; rows kept before
+    rounds counted them have none."""
     counts = [arm[PAGE_FAULTS] for row in rows for arm in (row.get("rounds") or {}).values()
               if arm.get(PAGE_FAULTS) and None not in arm[PAGE_FAULTS]]
     if not counts:

@@ -46,7 +46,9 @@ def device_clock(device: Any) -> Callable[[], float]:
 def thread_page_faults() -> int | None:
     """Page faults the calling thread has taken so far, minor and major (getrusage RUSAGE_THREAD):
     each minor one is a page of memory touched for the first time, which the kernel must find and
-    zero, and it is charged to the thread's CPU time. None where the system has no per-thread count."""
+    zero, and it is charged to the thread's CPU time. A page is 4 KiB, or 2 MiB where transparent huge
+    pages serve the memory (`always` in /sys/kernel/mm/transparent_hugepage/enabled): there a grown
+    heap takes a few faults per 2 MiB. None where the system has no per-thread count."""
     who = getattr(resource, "RUSAGE_THREAD", None)  # Linux
     if who is None:
         return None

@@ -60,7 +60,7 @@ class Round:
     cpu: int | None = None               # side by side: the core the round started on (swap_s: cores alternate); else None
     phases: dict[str, PhaseCost] | None = None  # the round's passes by phase (ROUND_PHASES); None: untimed, or an older worker
     acceptance_by_position: list[float] | None = None  # drafted position i -> share of steps keeping it
-    page_faults: int | None = None       # the generating thread's page faults in the round (timing.thread_page_faults)
+    page_faults: int | None = None       # the generating thread's page faults in the round (timing.thread_page_faults); None: not counted (no per-thread count, an older worker)
 
     def metric(self, name: str) -> float:
         return getattr(self, name)

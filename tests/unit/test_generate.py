@@ -210,6 +210,7 @@ def test_a_thread_that_touches_fresh_memory_takes_a_page_fault_a_page():
     pages = 4096
     buf = mmap.mmap(-1, pages * mmap.PAGESIZE)  # anonymous: no page backed until touched
     try:
+        buf.madvise(mmap.MADV_NOHUGEPAGE)  # 4 KiB pages, a fault each, where huge pages are on for every mapping
         before = timing.thread_page_faults()
         for off in range(0, len(buf), mmap.PAGESIZE):
             buf[off] = 1

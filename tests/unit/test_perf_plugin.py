@@ -161,7 +161,7 @@ def recording_of_the_baseline(directory: Path, out: Path, scale: dict[str, float
     entry["rounds"] = [{**{m: stored[m]["samples"][i] * (scale or {}).get(m, 1.0) * (1 + spread * (-1) ** i)
                            for m in METRICS},
                         "counters": counters, "cpu_s": None, "wall_s": None, "cpu": None, "phases": None,
-                        "acceptance_by_position": None} for i in range(n)]
+                        "acceptance_by_position": None, "page_faults": None} for i in range(n)]
     doc["results"] = [entry]
     out.write_text(json.dumps(doc))
     return out

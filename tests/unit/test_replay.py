@@ -216,10 +216,10 @@ def test_the_noise_study_counts_one_off_spikes_of_host_work_by_place_and_commit(
     assert counts["aaaaaaa"].places == ((2, 8), (1, 8), (0, 8), (0, 8)) and counts["aaaaaaa"].sizes_ms == (30.0,) * 3
     assert counts["bbbbbbb"].places == ((0, 4),) * 4 and counts["bbbbbbb"].sizes_ms == ()
     assert counts["aaaaaaa"].faulted == () and "page faults" not in line  # rows from before the counts
-    assert faulted.places == ((2, 6), (1, 6), (0, 6), (0, 6)) and faulted.spikes_faulted == 1
+    assert faulted.places == ((2, 6), (1, 6), (0, 6), (0, 6)) and (faulted.spikes_faulted, faulted.spikes_counted) == (1, 2)
     assert faulted.faulted == ((1, 4), (0, 4), (0, 4), (1, 4))  # the second gate's base lacks a count: left out
     assert noise.spikes_line("eeeeeee", faulted).endswith(
-        "rounds with over 100 page faults by place: 1/4, 0/4, 0/4, 1/4, 1 of the 3 spikes among them")
+        "rounds with over 100 page faults by place: 1/4, 0/4, 0/4, 1/4, 1 of the 2 spikes whose rounds counted page faults were among them")
     assert counts["ddddddd"].places == ((2, 8), (1, 8)) and "ccccccc" not in counts
     assert line.endswith("2/8, 1/8, 0/8, 0/8; above the median round by 30 ms (10th-90th percentile 30-30, all 30-30)")
     # few spikes: the percentiles stay within the spikes (the default method extrapolates past them)
