@@ -131,18 +131,15 @@ def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spik
     of how many. Every gate of a file counts, planted or not: a spike is judged against the arm's
     own rounds. Arms without the phase in every round, and rows without a commit, are left out. A
     round the load guard redid ran again in the same worker, so its place counts one run later."""
-    counts: dict[str, dict[int, list[int]]] = {}
-    sizes: dict[str, list[float]] = {}
-    faulted: dict[str, dict[int, list[int]]] = {}
-    spikes_faulted: dict[str, int] = {}
-    spikes_counted: dict[str, int] = {}
+    # per commit: spiked and counted by place, the spikes' sizes, faulted and counted by place, spikes faulted and counted
+    acc: dict[str, tuple[dict[int, list[int]], list[float], dict[int, list[int]], list[int]]] = {}
     for g in gates:
         commit = ((g.get("trees") or {}).get("candidate") or {}).get("commit")
         arms = g.get("phases") or {}
         if not commit or not arms:
             continue
         every = restart_every(g)
-        by_place, found = counts.setdefault(commit[:7], {}), sizes.setdefault(commit[:7], [])
+        by_place, found, faulted, among = acc.setdefault(commit[:7], ({}, [], {}, [0, 0]))
         for arm, rounds in arms.items():
             totals = [((r or {}).get(OVERHEAD_CPU) or {}).get("total_ms") for r in rounds]
             if None in totals or len(totals) < 3:  # a median of two would halve a spike
@@ -155,18 +152,17 @@ def host_spikes(gates: list[dict], spike_ms: float = SPIKE_MS) -> dict[str, Spik
                 cell[1] += 1
                 touched = faults is not None and faults[i] > FAULTS_NOTED
                 if faults is not None:
-                    fault_cell = faulted.setdefault(commit[:7], {}).setdefault(i % every, [0, 0])
+                    fault_cell = faulted.setdefault(i % every, [0, 0])
                     fault_cell[0] += touched
                     fault_cell[1] += 1
                 if total - median > spike_ms:
                     cell[0] += 1
                     found.append(total - median)
-                    spikes_faulted[commit[:7]] = spikes_faulted.get(commit[:7], 0) + touched
-                    spikes_counted[commit[:7]] = spikes_counted.get(commit[:7], 0) + (faults is not None)
-    return {c: Spikes(spike_ms, tuple(tuple(by_place[i]) for i in sorted(by_place)), tuple(sizes[c]),
-                      tuple(tuple(faulted[c][i]) for i in sorted(faulted.get(c, {}))), spikes_faulted.get(c, 0),
-                      spikes_counted.get(c, 0))
-            for c, by_place in counts.items() if by_place}
+                    among[0] += touched
+                    among[1] += faults is not None
+    return {c: Spikes(spike_ms, tuple(tuple(by_place[i]) for i in sorted(by_place)), tuple(found),
+                      tuple(tuple(faulted[i]) for i in sorted(faulted)), among[0], among[1])
+            for c, (by_place, found, faulted, among) in acc.items() if by_place}
 
 
 def spikes_line(commit: str, spikes: Spikes) -> str:

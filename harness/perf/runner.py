@@ -117,7 +117,7 @@ class Runner:
         assisted = decode_tokens[self.combo.mode] / decode_s[self.combo.mode]
         done = Round(plain_tokens_per_sec=plain, assisted_tokens_per_sec=assisted, speedup=assisted / plain,
                      counters=counters, cpu_s=time.process_time() - cpu0, wall_s=time.perf_counter() - t0,
-                     page_faults=None if faults0 is None or faults1 is None else faults1 - faults0,
+                     page_faults=None if faults0 is None else faults1 - faults0,  # both None or neither
                      **round_phases(runs[PLAIN], runs[self.combo.mode]))
         self.samples.add(done)
         return done
