@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from harness.core import timing
 from harness.measure import phases
@@ -50,6 +50,33 @@ class StopOnSequences(StoppingCriteria):
         text = self.tokenizer.decode(input_ids[0, self.prompt_len:], skip_special_tokens=True)
         done = any(stop in text for stop in self.stops)
         return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+
+
+class ForcedLength(LogitsProcessor):
+    """A fixed length for greedy decoding: the EOS ids are masked in a copy of the scores until
+    `min_new_tokens` new tokens stand; the scores equal transformers' MinNewTokensLengthLogitsProcessor's.
+    That one builds a vocabulary-sized arange, isin, clone and where at every call, and an assisted
+    step calls it at every verified position: host work that no deployment without a minimum length
+    pays, measured in docs/bench.md ("A fixed length")."""
+
+    def __init__(self, prompt_len: int, min_new_tokens: int, eos_ids: torch.Tensor):
+        self.prompt_len, self.min_new_tokens, self.eos_ids = prompt_len, min_new_tokens, eos_ids
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[-1] - self.prompt_len >= self.min_new_tokens:
+            return scores
+        eos = self.eos_ids[self.eos_ids < scores.shape[-1]]  # an id outside this vocabulary masks nothing
+        return scores.index_fill(-1, eos.to(scores.device), float("-inf"))
+
+
+def _forced_length(target: torch.nn.Module, settings: DecodeSettings, prompt_len: int) -> LogitsProcessorList | None:
+    """The fixed length as ForcedLength where it computes what transformers' would: greedy decoding
+    (sampled decoding keeps transformers' processor, which must run before top-p: a processor passed
+    to `generate` runs after its warpers)."""
+    eos_ids = _eos_ids(target)
+    if settings.do_sample or not settings.min_new_tokens or eos_ids is None:
+        return None
+    return LogitsProcessorList([ForcedLength(prompt_len, settings.min_new_tokens, eos_ids)])
 
 
 @dataclass
@@ -176,6 +203,10 @@ def measure_generation(
     input_ids = input_ids.to(target.device)
     prompt_len = input_ids.shape[1]
     kwargs: dict[str, Any] = {"generation_config": generation_config(target, settings, mode, k)}
+    forced = _forced_length(target, settings, prompt_len)
+    if forced is not None:  # the fixed length by ForcedLength instead of the config's minimum
+        kwargs["generation_config"].min_new_tokens = None
+        kwargs["logits_processor"] = forced
     if assistant is not None:
         reset_assistant(assistant, settings, k)
         kwargs["assistant_model"] = assistant

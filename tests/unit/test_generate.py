@@ -222,3 +222,46 @@ def test_a_thread_that_touches_fresh_memory_takes_a_page_fault_a_page():
         buf.close()
     assert pages * 0.9 <= first - before <= pages * 1.1
     assert again - first < pages * 0.01
+
+
+def test_forced_length_scores_equal_transformers_min_new_tokens():
+    from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
+    from harness.measure.generate import ForcedLength
+    torch.manual_seed(0)
+    scores = torch.randn(1, 50)
+    eos = [7, 31, 99]  # 99: outside this vocabulary, masks nothing in either
+    ours, theirs = ForcedLength(10, 4, torch.tensor(eos)), MinNewTokensLengthLogitsProcessor(10, 4, eos)
+    for length in (10, 13, 14, 20):  # 0 and 3 new tokens: masked; 4 and 10: not
+        ids = torch.zeros(1, length, dtype=torch.long)
+        assert torch.equal(ours(ids, scores), theirs(ids, scores)), length
+    assert torch.isinf(ours(torch.zeros(1, 13, dtype=torch.long), scores)[0, [7, 31]]).all()
+    assert torch.isfinite(scores).all()  # the caller's scores are left as they were
+
+
+@pytest.mark.parametrize("mode", ["plain", "assisted", "prompt-lookup"])
+def test_a_fixed_length_runs_past_the_eos_as_transformers_min_new_tokens_does(target, mode, monkeypatch):
+    from transformers.generation import logits_process
+    ids = prompt(seed=8)
+    free = measure_generation(target, ids, SETTINGS).tokens
+    eos = free[3]  # the target would end its text at the fourth token
+    n = SETTINGS.max_new_tokens
+    fixed = DecodeSettings(max_new_tokens=n, min_new_tokens=n)
+    kw = {"assisted": dict(k=K, assistant=drafts(target)["perturbed"]), "prompt-lookup": dict(k=K)}.get(mode, {})
+    target.generation_config.eos_token_id = eos
+    try:
+        stopped = measure_generation(target, ids, SETTINGS, mode=mode, **kw).tokens
+        # transformers' min-length processors build a vocabulary-sized mask a call; its own draft loop runs
+        # MinLengthLogitsProcessor at each draft step whatever the settings (it asks the draft for at least 0 new
+        # tokens, which sets min_length), so that one is the target's only where no draft runs
+        slow = [logits_process.MinNewTokensLengthLogitsProcessor] + ([logits_process.MinLengthLogitsProcessor]
+                                                                     if mode != "assisted" else [])
+        with monkeypatch.context() as m:
+            for cls in slow:
+                m.setattr(cls, "__call__", lambda *a, **k: pytest.fail("a greedy fixed length ran transformers' mask"))
+            forced = measure_generation(target, ids, fixed, mode=mode, **kw).tokens
+        expected = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                                   do_sample=False, pad_token_id=0)[0, ids.shape[1]:].tolist()
+    finally:
+        target.generation_config.eos_token_id = None
+    assert stopped[-1] == eos and len(stopped) < 10  # the EOS ends an unforced run
+    assert forced == expected and len(forced) == n and eos not in forced
