@@ -1,8 +1,8 @@
 """What a fixed length costs the host per scored position: transformers' two min-length logits
 processors (what `generate(min_new_tokens=n)` runs on every position a target pass scores) against
 the suite's ForcedLength (harness/measure/generate.py), on the default pair's vocabulary, one
-intra-op thread as a gate's arm runs. The scores come out equal (checked here on every call set,
-tested in tests/unit/test_generate.py). Figures: docs/bench.md, "A fixed length".
+intra-op thread as a gate's arm runs. The scores come out equal (checked here once, below the
+fixed length; tested in tests/unit/test_generate.py). Figures: docs/bench.md, "A fixed length".
 
     python benchmarks/forced_length.py
 """

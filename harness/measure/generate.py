@@ -53,26 +53,31 @@ class StopOnSequences(StoppingCriteria):
 
 
 class ForcedLength(LogitsProcessor):
-    """A fixed length for greedy decoding: the EOS ids are masked in a copy of the scores until
-    `min_new_tokens` new tokens stand; the scores equal transformers' MinNewTokensLengthLogitsProcessor's.
-    That one builds a vocabulary-sized arange, isin, clone and where at every call, and an assisted
-    step calls it at every verified position: host work that no deployment without a minimum length
-    pays, measured in docs/bench.md ("A fixed length")."""
+    """A fixed length for greedy decoding: the EOS ids are masked in a copy of the scores until `min_new_tokens` new
+    tokens stand; the scores equal transformers' MinNewTokensLengthLogitsProcessor's. That one (with
+    MinLengthLogitsProcessor beside it) builds a vocabulary-sized arange, isin, clone and where at
+    every call, and an assisted step calls them at every verified position: host work that no
+    deployment without a minimum length pays, measured in docs/bench.md ("A fixed length")."""
 
     def __init__(self, prompt_len: int, min_new_tokens: int, eos_ids: torch.Tensor):
         self.prompt_len, self.min_new_tokens, self.eos_ids = prompt_len, min_new_tokens, eos_ids
+        # the ids within each vocabulary, on each device: made once, so that a call on a GPU waits for nothing
+        self._ids: dict[tuple[torch.device, int], torch.Tensor] = {}
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[-1] - self.prompt_len >= self.min_new_tokens:
             return scores
-        eos = self.eos_ids[self.eos_ids < scores.shape[-1]]  # an id outside this vocabulary masks nothing
-        return scores.index_fill(-1, eos.to(scores.device), float("-inf"))
+        key = (scores.device, scores.shape[-1])
+        if key not in self._ids:  # an id outside this vocabulary masks nothing
+            self._ids[key] = self.eos_ids[self.eos_ids < scores.shape[-1]].to(scores.device)
+        return scores.index_fill(-1, self._ids[key], float("-inf"))
 
 
 def _forced_length(target: torch.nn.Module, settings: DecodeSettings, prompt_len: int) -> LogitsProcessorList | None:
-    """The fixed length as ForcedLength where it computes what transformers' would: greedy decoding
-    (sampled decoding keeps transformers' processor, which must run before top-p: a processor passed
-    to `generate` runs after its warpers)."""
+    """The fixed length as ForcedLength for greedy decoding, where the scores' argmax is all that
+    counts. Sampled decoding keeps transformers' processors: transformers' draft loop gets the
+    target's processors and appends one of a kind it does not make itself after its own top-p
+    warper, and masking after top-p would change the draft's distribution."""
     eos_ids = _eos_ids(target)
     if settings.do_sample or not settings.min_new_tokens or eos_ids is None:
         return None
@@ -206,6 +211,7 @@ def measure_generation(
     forced = _forced_length(target, settings, prompt_len)
     if forced is not None:  # the fixed length by ForcedLength instead of the config's minimum
         kwargs["generation_config"].min_new_tokens = None
+        kwargs["generation_config"].min_length = 0  # set: generate fills what is None from the checkpoint's config
         kwargs["logits_processor"] = forced
     if assistant is not None:
         reset_assistant(assistant, settings, k)

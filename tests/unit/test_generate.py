@@ -238,30 +238,50 @@ def test_forced_length_scores_equal_transformers_min_new_tokens():
     assert torch.isfinite(scores).all()  # the caller's scores are left as they were
 
 
-@pytest.mark.parametrize("mode", ["plain", "assisted", "prompt-lookup"])
-def test_a_fixed_length_runs_past_the_eos_as_transformers_min_new_tokens_does(target, mode, monkeypatch):
+FIXED_MODES = {  # name: (mode, settings beyond the length, whether transformers' draft loop runs)
+    "plain": ("plain", {}, False),
+    "assisted": ("assisted", {}, True),
+    "assisted, fused draft": ("assisted", {"fused_draft": True}, False),
+    "assisted, lookup first": ("assisted", {"lookup_first": 3}, True),
+    "prompt-lookup": ("prompt-lookup", {}, False),
+}
+
+
+@pytest.mark.parametrize("arch, name", [(arch, name) for arch in ARCHITECTURES for name in FIXED_MODES
+                                        if arch != "opt" or "fused" not in name])  # the fused loop: Llama, Qwen2
+def test_a_fixed_length_runs_past_the_eos_as_transformers_min_new_tokens_does(arch, name, monkeypatch):
+    """ForcedLength against transformers' min-length processors (the suite's path before it): the
+    same tokens and the same drafting and acceptance at every step, and transformers' vocabulary-sized
+    masks never run on the target."""
+    from harness.measure import generate
     from transformers.generation import logits_process
+    mode, extra, transformers_drafts = FIXED_MODES[name]
+    target = tiny_model(arch, seed=0)
     ids = prompt(seed=8)
     free = measure_generation(target, ids, SETTINGS).tokens
-    eos = free[3]  # the target would end its text at the fourth token
+    eos = free[3]  # the target's text would end by its fourth token
     n = SETTINGS.max_new_tokens
-    fixed = DecodeSettings(max_new_tokens=n, min_new_tokens=n)
-    kw = {"assisted": dict(k=K, assistant=drafts(target)["perturbed"]), "prompt-lookup": dict(k=K)}.get(mode, {})
-    target.generation_config.eos_token_id = eos
-    try:
-        stopped = measure_generation(target, ids, SETTINGS, mode=mode, **kw).tokens
-        # transformers' min-length processors build a vocabulary-sized mask a call; its own draft loop runs
-        # MinLengthLogitsProcessor at each draft step whatever the settings (it asks the draft for at least 0 new
-        # tokens, which sets min_length), so that one is the target's only where no draft runs
-        slow = [logits_process.MinNewTokensLengthLogitsProcessor] + ([logits_process.MinLengthLogitsProcessor]
-                                                                     if mode != "assisted" else [])
-        with monkeypatch.context() as m:
-            for cls in slow:
-                m.setattr(cls, "__call__", lambda *a, **k: pytest.fail("a greedy fixed length ran transformers' mask"))
-            forced = measure_generation(target, ids, fixed, mode=mode, **kw).tokens
-        expected = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                                   do_sample=False, pad_token_id=0)[0, ids.shape[1]:].tolist()
-    finally:
-        target.generation_config.eos_token_id = None
-    assert stopped[-1] == eos and len(stopped) < 10  # the EOS ends an unforced run
-    assert forced == expected and len(forced) == n and eos not in forced
+    fixed = DecodeSettings(max_new_tokens=n, min_new_tokens=n, **extra)
+    kw = {"k": K} if mode != "plain" else {}
+    if mode == "assisted":
+        kw["assistant"] = drafts(target)["perturbed"]
+    target.generation_config.eos_token_id = [eos, 10_000]  # 10,000: outside the vocabulary, masks nothing
+    target.generation_config.min_length = 5  # a checkpoint's minimum (shorter than the prompt) stays out of it
+    stopped = measure_generation(target, ids, SETTINGS, mode=mode, **kw)
+    # transformers' draft loop runs MinLengthLogitsProcessor at each draft step whatever the settings (it
+    # asks the draft for at least 0 new tokens, which sets min_length): that one is the target's only where
+    # no draft loop of transformers' runs
+    slow = [logits_process.MinNewTokensLengthLogitsProcessor] + ([] if transformers_drafts else
+                                                                 [logits_process.MinLengthLogitsProcessor])
+    with monkeypatch.context() as m:
+        for cls in slow:
+            m.setattr(cls, "__call__", lambda *a, **k: pytest.fail("a greedy fixed length ran transformers' mask"))
+        forced = measure_generation(target, ids, fixed, mode=mode, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(generate, "_forced_length", lambda *a: None)  # transformers' processors, as before
+        before = measure_generation(target, ids, fixed, mode=mode, **kw)
+    assert stopped.tokens[-1] == eos and len(stopped.tokens) < 10  # the EOS ends an unforced run
+    assert len(forced.tokens) == n and eos not in forced.tokens
+    assert forced.tokens == before.tokens
+    for counter in ("drafted_per_step", "accepted_per_step", "lookup_per_step"):
+        assert getattr(forced, counter) == getattr(before, counter), counter
