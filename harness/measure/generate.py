@@ -162,14 +162,17 @@ def reset_assistant(assistant: torch.nn.Module, settings: DecodeSettings, k: int
 
 
 def generation_config(target: torch.nn.Module, settings: DecodeSettings, mode: str,
-                      k: int | None = None) -> GenerationConfig:
-    """A complete, explicit config: nothing is inherited from the checkpoint's sampling defaults."""
+                      k: int | None = None, forced_length: bool = False) -> GenerationConfig:
+    """A complete, explicit config: nothing is inherited from the checkpoint's sampling defaults.
+    `forced_length`: ForcedLength holds the run to its length, so the config sets no minimum (a
+    minimum length of 0, not None: generate fills what is None from the checkpoint's config)."""
     base = target.generation_config
     eos = _eos(target)
     pad = base.pad_token_id if base.pad_token_id is not None else (eos[0] if isinstance(eos, list) else eos)
     gc = GenerationConfig(
         max_new_tokens=settings.max_new_tokens,
-        min_new_tokens=settings.min_new_tokens or None,
+        min_new_tokens=None if forced_length else settings.min_new_tokens or None,
+        min_length=0 if forced_length else None,
         do_sample=settings.do_sample,
         temperature=settings.temperature if settings.do_sample else None,
         top_p=settings.top_p if settings.do_sample else None,
@@ -207,11 +210,10 @@ def measure_generation(
         raise ValueError(f"input_ids must have shape (1, prompt_len); got {tuple(input_ids.shape)}")
     input_ids = input_ids.to(target.device)
     prompt_len = input_ids.shape[1]
-    kwargs: dict[str, Any] = {"generation_config": generation_config(target, settings, mode, k)}
     forced = _forced_length(target, settings, prompt_len)
-    if forced is not None:  # the fixed length by ForcedLength instead of the config's minimum
-        kwargs["generation_config"].min_new_tokens = None
-        kwargs["generation_config"].min_length = 0  # set: generate fills what is None from the checkpoint's config
+    kwargs: dict[str, Any] = {"generation_config": generation_config(target, settings, mode, k,
+                                                                     forced_length=forced is not None)}
+    if forced is not None:
         kwargs["logits_processor"] = forced
     if assistant is not None:
         reset_assistant(assistant, settings, k)
