@@ -327,6 +327,13 @@ def host_cpu() -> dict[str, str]:
     return {"model": capability.cpuinfo()[0], "generation": capability.cpu_generation()}
 
 
+def host_of(row: dict) -> str | None:
+    """The CPU a kept gate ran on ("AMD EPYC, family 26 model 2"): its model name and generation; None for
+    rows kept before it was recorded. Gates on other CPUs are other gates: counted, pooled and tabled apart."""
+    cpu = row.get("cpu") or {}
+    return ", ".join(filter(None, (cpu.get("model"), cpu.get("generation")))) or None
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     noise = noise_pids()  # a noisy neighbour's load (benchmarks/noisy_host.py), counted as the gates' own
@@ -348,13 +355,11 @@ def main(argv=None) -> int:
     except duet.DuetError as exc:
         raise SystemExit(str(exc).replace("--perf-duet", "--duet")) from None
     kept = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
-    # this combination, mode, host condition and CPU class: A/A rounds at any tolerance, gates at this one
-    same = [g for g in kept if g.get("combination") == combo.id and g.get("mode", "interleaved") == plan.mode
-            and g.get("swap_s") == plan.swap_s and synced(g) == (plan.sync and plan.duet)
-            and g.get("condition", "quiet") == args.condition and g.get("cpu_class", matrix.cpu_class) == matrix.cpu_class]
+    setup = same_setup(kept, combo.id, plan, args.condition, matrix.cpu_class)
+    same = on_host(setup, host_of({"cpu": host_cpu()}))
     done = [g for g in same if g.get("tolerance", ABSettings().tolerance) == args.tolerance
             and same_looks(g, settings)]
-    if args.gates and not all(takes_gates(plan.mode, has_stand_in(g)) for g in same):
+    if args.gates and not all(takes_gates(plan.mode, has_stand_in(g)) for g in setup):
         raise SystemExit(f"{args.out}: holds gates side by side without the stand-in (kept before 2026-12-02); "
                          "side by side has it now, so its gates go to a file of their own: give another --out (the "
                          "commands under docs/perf-gate.md's gate-power tables name it)")
@@ -381,6 +386,21 @@ def main(argv=None) -> int:
     report(done, [g for g in same if not g["level"] and g.get("into") != ENV], levels, combo, settings, plan, args)
     compare_gates(done, levels, settings, args.tolerance)
     return 0
+
+
+def same_setup(kept: list[dict], combination: str, plan: duet.Plan, condition: str, cpu_class: str) -> list[dict]:
+    """The kept gates of this combination, arms' mode, host condition and CPU class, on any CPU."""
+    return [g for g in kept if g.get("combination") == combination and g.get("mode", "interleaved") == plan.mode
+            and g.get("swap_s") == plan.swap_s and synced(g) == (plan.sync and plan.duet)
+            and g.get("condition", "quiet") == condition and g.get("cpu_class", cpu_class) == cpu_class]
+
+
+def on_host(gates: list[dict], cpu: str | None) -> list[dict]:
+    """The gates of one CPU (host_of): those a run there counts on (at its tolerance) and whose A/A rounds
+    its resampled gates draw from. One class covers several CPUs (an "AMD EPYC" VM may be a Zen 4 or a
+    Zen 5), so a gate counts for the CPU it recorded and no other; one kept before the CPU was recorded
+    counts for none (docs/perf-gate.md's tables show those apart, as "not recorded")."""
+    return [g for g in gates if host_of(g) == cpu]
 
 
 def worker_pairs(gates: list[dict], restart_every: int) -> int:

@@ -1,6 +1,7 @@
 """The A/B gate's power in one table, made from every kept gate (benchmarks/data/ab_power_*.jsonl).
 
-A row is one CPU class, combination, host condition, tolerance and planted level of one data file:
+A row is one CPU class, CPU (its model name and generation, where the gates recorded it; one class
+covers several), combination, host condition, tolerance and planted level of one data file:
 its real gates' outcomes, the rounds at which they decided, their minutes, and whether the targets of
 issues 25 and 27 are met (on the combination each class's merge gate runs today; rows of older
 combinations are kept as what was measured, with no target). A/A rows add the rates of gates resampled
@@ -71,8 +72,8 @@ AA: Level = ("target", 0.0)  # unchanged code against itself
 
 @dataclass(frozen=True)
 class Group:
-    """The gates one ab_power.py command adds to: same file, class, host condition, arms' mode (and,
-    side by side, the period of their exchange of cores within a round), combination, tolerance and looks."""
+    """The gates one ab_power.py command adds to on one CPU: same file, class, host condition, arms' mode
+    (and, side by side, the period of their exchange of cores within a round), combination, tolerance and looks."""
     file: str
     cpu_class: str
     condition: str
@@ -83,6 +84,12 @@ class Group:
     swap_s: float | None = None  # side by side: the arms' exchange of cores within a round (None: between rounds)
     stand_in: bool = False  # side by side with the stand-in on the core of the arm that finished first
     synced: bool = False  # side by side, both arms asked to start each run of a round together (--duet-sync)
+    cpu: str | None = None  # the CPU's model name and generation (ab_power.host_of); None: not recorded
+
+    @property
+    def place(self) -> Group:
+        """Where the gates go, whichever CPU runs them: ab_power.py counts each CPU's own apart."""
+        return dataclasses.replace(self, cpu=None)
 
     @property
     def pair(self) -> str:
@@ -95,7 +102,8 @@ class Group:
         swap = f"|swap {self.swap_s:g}" if self.swap_s else ""
         swap += "|stand-in" if self.stand_in else ""
         swap += "|sync" if self.synced else ""
-        return (f"{self.file}|{self.cpu_class}|{self.condition}|{self.mode}{swap}|{self.combination}|"
+        cpu = f"|{self.cpu}" if self.cpu else ""
+        return (f"{self.file}|{self.cpu_class}{cpu}|{self.condition}|{self.mode}{swap}|{self.combination}|"
                 f"{self.tolerance:g}|{looks}")
 
 
@@ -117,7 +125,7 @@ def group_of(file: str, row: dict, default_looks: tuple[int, int, int]) -> Group
                  row["combination"], row.get("tolerance") or ABSettings().tolerance,
                  (looks.get("rounds", default_looks[0]), looks.get("batch", default_looks[1]),
                   looks.get("max_rounds", default_looks[2])), row.get("swap_s"), ab_power.has_stand_in(row),
-                 ab_power.synced(row))
+                 ab_power.synced(row), ab_power.host_of(row))
 
 
 def grouped(rows: list[tuple[str, dict]], default_looks: tuple[int, int, int]) -> dict[Group, dict[Level, list[dict]]]:
@@ -129,7 +137,7 @@ def grouped(rows: list[tuple[str, dict]], default_looks: tuple[int, int, int]) -
 
 def aa_pool(rows: list[tuple[str, dict]], group: Group, default_looks: tuple[int, int, int]) -> list[dict]:
     """The A/A gates whose rounds the group's resampled gates draw from, as ab_power.py pools them:
-    same file, class, condition, mode and combination, at any tolerance and looks."""
+    same file, class, CPU, condition, mode and combination, at any tolerance and looks."""
     return [row for file, row in rows if ab_power.level_of(row) == AA
             and dataclasses.replace(group_of(file, row, default_looks), tolerance=group.tolerance,
                                     looks=group.looks) == group]
@@ -438,39 +446,42 @@ def setup_name(group: Group) -> str:
     return swap + (", stand-in" if group.stand_in else ", no stand-in") + (", runs started together" if group.synced else "")
 
 
-def glance(cells: dict[tuple[str, str, Target], list[tuple[Group, Level, str]]], classes: list[str]) -> list[str]:
-    """Where each class's merge gate stands against each target: today's setup's status, else that of the
-    earlier setup closest to it, marked with a letter the legend under the table names, else '-'. `cells`:
-    (class, condition, target) -> the judged rows (group, level, target status) that hold it; where
-    several of today's do (two glue sizes), each is named by its level, unless one meets the target and
-    none missed it."""
+def glance(cells: Cells, classes: list[str]) -> list[str]:
+    """Where each class's merge gate stands against each target on each CPU: today's setup's status, else
+    that of the earlier setup closest to it, marked with a letter the legend under the table names, else
+    '-'. `cells`: (class, CPU, condition, target) -> the judged rows (group, level, target status) that
+    hold it; where several of today's do (two glue sizes), each is named by its level, unless one meets
+    the target and none missed it. A class's CPUs: those recorded by name, then the rows kept before the
+    CPU was recorded (one CPU's rows never stand for another's)."""
     letters: dict[str, str] = {}  # an earlier setup's name -> its mark, in order of first use
-    lines = ["| class | condition | " + " | ".join(t.title for t in TARGETS) + " |",
-             "|---|---|" + "---|" * len(TARGETS)]
+    lines = ["| class | CPU | condition | " + " | ".join(t.title for t in TARGETS) + " |",
+             "|---|---|---|" + "---|" * len(TARGETS)]
     for cpu_class in classes:
-        if not any(key[0] == cpu_class for key in cells):
-            continue
-        for condition in CONDITIONS:
-            row = []
-            for t in TARGETS:
-                held = cells.get((cpu_class, condition, t), [])
-                today = [(level, status) for g, level, status in held if todays_setup(g)]
-                if not any(missed(status) for _, status in today):  # a level that meets it stands for it alone
-                    today = [entry for entry in today if meets(entry[1])][:1] or today
-                if len(today) == 1:
-                    row.append(today[0][1])
-                elif today:
-                    row.append("; ".join(f"{ab_power.label(level)}: {status}" for level, status in today))
-                elif held:
-                    g, _, status = max(held, key=lambda entry: closeness(entry[0]))
-                    mark = letters.setdefault(setup_name(g), chr(ord("a") + len(letters)))
-                    row.append(f"({mark}) {status}")
-                else:
-                    row.append("-")
-            lines.append(f"| {cpu_class} | {condition} | " + " | ".join(row) + " |")
+        cpus = {key[1] for key in cells if key[0] == cpu_class}
+        for cpu in sorted(cpus - {None}) + [None] * (None in cpus):
+            for condition in CONDITIONS:
+                lines.append(f"| {cpu_class} | {cpu or 'not recorded'} | {condition} | "
+                             + " | ".join(glance_cell(cells.get((cpu_class, cpu, condition, t), []), letters)
+                                          for t in TARGETS) + " |")
     if letters:
         lines += ["", "Earlier setups: " + "; ".join(f"({mark}) {name}" for name, mark in letters.items()) + "."]
     return lines
+
+
+def glance_cell(held: list[tuple[Group, Level, str]], letters: dict[str, str]) -> str:
+    """One target on one CPU and condition: see glance."""
+    today = [(level, status) for g, level, status in held if todays_setup(g)]
+    if not any(missed(status) for _, status in today):  # a level that meets it stands for it alone
+        today = [entry for entry in today if meets(entry[1])][:1] or today
+    if len(today) == 1:
+        return today[0][1]
+    if today:
+        return "; ".join(f"{ab_power.label(level)}: {status}" for level, status in today)
+    if held:
+        g, _, status = max(held, key=lambda entry: closeness(entry[0]))
+        mark = letters.setdefault(setup_name(g), chr(ord("a") + len(letters)))
+        return f"({mark}) {status}"
+    return "-"
 
 
 def command(group: Group, levels: list[Level], default_looks: tuple[int, int, int]) -> str:
@@ -488,8 +499,10 @@ def command(group: Group, levels: list[Level], default_looks: tuple[int, int, in
     return (NOISY if group.condition == "noisy" else "") + "python benchmarks/ab_power.py " + " ".join(flags)
 
 
-Cells = dict[tuple[str, str, Target], list[tuple[Group, Level, str]]]  # (class, condition, target) -> rows
-Wanted = dict[Group, dict[Target, list[Level]]]  # where gates go -> targets -> the levels it holds for them itself
+# (class, CPU, condition, target) -> rows
+Cells = dict[tuple[str, str | None, str, Target], list[tuple[Group, Level, str]]]
+# where gates go (Group.place) -> targets -> the levels it holds for them itself
+Wanted = dict[Group, dict[Target, list[Level]]]
 
 
 @dataclass(frozen=True)
@@ -519,7 +532,7 @@ class Kept:
         classes = capability.CLASSES
         return (classes.index(g.cpu_class) if g.cpu_class in classes else len(classes), g not in self.current,
                 g.combination, CONDITIONS.index(g.condition) if g.condition in CONDITIONS else len(CONDITIONS),
-                g.condition, -g.tolerance, g.looks != self.default_looks, g.file)
+                g.condition, -g.tolerance, g.looks != self.default_looks, g.file, g.cpu is None, g.cpu or "")
 
     def listed(self, g: Group) -> tuple:
         """The commands' order: by class, condition, across environments last, 10% first."""
@@ -527,12 +540,15 @@ class Kept:
         return order[0], order[3], "_env" in g.file, -g.tolerance
 
     def sized_by(self, to: Group, t: Target) -> float | None:
-        """The verification pass (ms) a level sized per class is sized by where it goes to `to`: that of
-        `to`'s latest gates (latest_pass) or, with none yet, of the latest gates of the setup closest to
+        """The verification pass (ms) a level sized per class is sized by where it goes to `to` (a place:
+        one command for every CPU): that of `to`'s latest gates on any CPU (latest_pass; a fraction sized by
+        one CPU's pass plants fewer ms on a faster one, and the table says where a level planted under
+        the target) or, with none yet, of the latest gates of the setup closest to
         today's among the class and condition's files of planted code (not across environments) at the
         target's tolerance, in the order they finished: rows without a `finished` time (kept before
         rows had one) first, file by file in name order, then the others by that time."""
-        here = latest_pass(self.in_order.get(to, []))
+        here = latest_pass(sorted((row for g, rows in self.in_order.items() if g.place == to for row in rows),
+                                  key=finished))
         if here:
             return here
         near = [g for g in self.groups if self.judged(g) and latest_pass(self.in_order[g]) and g.tolerance == t.tolerance
@@ -550,10 +566,10 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
     each one's gates go."""
     cells: Cells = {}
     wanted: Wanted = {}
-    lines = ["| class | combination | condition | tolerance | level | gates | outcomes | decided at round (gates) "
+    lines = ["| class | CPU | combination | condition | tolerance | level | gates | outcomes | decided at round (gates) "
              "| minutes a gate: mean (range) | target | resampled A/A: regression, UNDECIDED, rounds | data |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    ended: dict[tuple[Group, Target], list[tuple[Level, str]]] = {}  # a group's own levels that met or missed a target
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    ended: dict[tuple[Group, Target], list[tuple[Level, str]]] = {}  # a place's own levels that met or missed a target
     for group in sorted(kept.groups, key=kept.order):
         judged = kept.judged(group)
         combo = group.combination.split(":", 1)[1].replace(":cpu:", ":") + (" (today's)" if group in kept.current else "")
@@ -579,35 +595,37 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
             elif under and meets(status):
                 status += f" at {ms:.1f} ms a step"
             for t in held:
-                cells.setdefault((group.cpu_class, group.condition, t), []).append((group, level, status))
-                to = resumed(group)
+                cells.setdefault((group.cpu_class, group.cpu, group.condition, t), []).append((group, level, status))
+                to = resumed(group).place
                 own = wanted.setdefault(to, {}).setdefault(t, [])
-                if to == group and level not in own:
+                if to == group.place and level not in own:
                     own.append(level)
-                if to == group and (meets(status) or missed(status)):
-                    ended.setdefault((group, t), []).append((level, status))
+                if to == group.place and (meets(status) or missed(status)):
+                    ended.setdefault((to, t), []).append((level, status))
             name = level_name(level) + (f" ({ms:.1f} ms a step)" if ms is not None else "")
-            lines.append(f"| {group.cpu_class} | `{combo}` | {group.condition}{looks} | {100 * group.tolerance:g}% "
+            lines.append(f"| {group.cpu_class} | {group.cpu or 'not recorded'} | `{combo}` | {group.condition}{looks} "
+                         f"| {100 * group.tolerance:g}% "
                          f"| {name} | {len(gates)} | {outcomes(gates, level, today)} | {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
-    for (group, t), levels in ended.items():  # a target met there, and missed by none, adds no gates of its other levels
+    # a target met in a place (on any CPU), and missed by none, adds no gates of its other levels there
+    for (place, t), levels in ended.items():
         if not any(missed(status) for _, status in levels):
-            wanted[group][t] = [levels[0][0]]
+            wanted[place][t] = [levels[0][0]]
     return lines, cells, wanted
 
 
 def want_missing(kept: Kept, cells: Cells, wanted: Wanted) -> None:
-    """The targets no judged row of a class and condition holds yet go to today's setup's file, named after
-    the class and condition's setup closest to it."""
-    nearest: dict[tuple[str, str], Group] = {}  # (class, condition) -> its judged group closest to today's setup
+    """The targets no judged row of a class, CPU and condition holds yet go to today's setup's file, named
+    after the setup closest to it of that class, CPU and condition."""
+    nearest: dict[tuple[str, str | None, str], Group] = {}  # (class, CPU, condition) -> its judged group closest to today's
     for g in sorted(kept.groups, key=kept.order):  # ties: the first in the table
-        here = (g.cpu_class, g.condition)
+        here = (g.cpu_class, g.cpu, g.condition)
         if kept.judged(g) and (here not in nearest or closeness(g) > closeness(nearest[here])):
             nearest[here] = g
-    for (cpu_class, condition), near in nearest.items():
+    for (cpu_class, cpu, condition), near in nearest.items():
         for t in TARGETS:
-            if not cells.get((cpu_class, condition, t)):
-                to = dataclasses.replace(todays(near, env=t.into == ab_power.ENV), tolerance=t.tolerance)
+            if not cells.get((cpu_class, cpu, condition, t)):
+                to = dataclasses.replace(todays(near, env=t.into == ab_power.ENV), tolerance=t.tolerance).place
                 wanted.setdefault(to, {}).setdefault(t, [])
 
 
@@ -633,7 +651,9 @@ def render(rows: list[tuple[str, dict]], resampled: dict, default_looks: tuple[i
     lines, cells, wanted = table_lines(kept, resampled)
     want_missing(kept, cells, wanted)
     commands = commands_of(kept, wanted)
-    intro = ("Where each class's merge gate stands against the targets, on the combination it gates today: side by "
+    intro = ("Where each class's merge gate stands against the targets on each CPU, on the combination it gates "
+             "today (a CPU: its model name and family and model numbers, as each gate recorded them since "
+             "2026-12-05; 'not recorded' before): side by "
              f"side with the default exchange ({TODAY['swap_s']:g} s) and the stand-in; where that has no gates for a "
              "target yet, the earlier setup closest to it that has, marked with a letter; '-' where none has. Each cell "
              "is the target column of the row (or, naming their levels, rows) of the table under it that hold the "
@@ -642,7 +662,8 @@ def render(rows: list[tuple[str, dict]], resampled: dict, default_looks: tuple[i
              "less holds it only by meeting it ('met at' its ms: a smaller slowdown caught shows the larger one would be).")
     how = ("The commands that bring each target to its gates: the levels of the rows with a target, in their own file "
            "where `ab_power.py` still adds to it, else in today's setup's, and of the targets without gates, in today's "
-           "setup's; a level that has its gates runs none (`--gates 0 --trials 2000` prints the rates again):")
+           "setup's; a level that has its gates on the CPU that runs the command runs none there (`ab_power.py` "
+           "counts each CPU's gates apart; `--gates 0 --trials 2000` prints the rates again):")
     return "\n".join([intro, "", *glance(cells, list(capability.CLASSES)), "", *lines, "", how, "",
                       *(f"    {command(g, sorted(commands[g], key=level_order), default_looks)}"
                         for g in sorted(commands, key=kept.listed) if commands[g])])
@@ -699,6 +720,11 @@ def main(argv=None) -> int:
             log.info("[%d/%d] resampling %s (%d A/A gates)", i, len(todo), group.key, len(pool))
             resampled[group.key] = resample(group, pool, args.trials)
             atomic_write_text(RESAMPLED, json.dumps(resampled, indent=1, sort_keys=True) + "\n")  # each row kept as done
+        stale = sorted(set(resampled) - {g.key for g in todo})  # rows no kept file makes any more
+        if stale:
+            log.info("dropping %d resampled rows no kept gates make: %s", len(stale), "; ".join(stale))
+            resampled = {k: v for k, v in resampled.items() if k not in stale}
+            atomic_write_text(RESAMPLED, json.dumps(resampled, indent=1, sort_keys=True) + "\n")
     table = render(rows, resampled, looks)
     if args.write:
         atomic_write_text(DOC, replace_between_markers(DOC.read_text(encoding="utf-8"), table, DOC))

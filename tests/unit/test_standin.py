@@ -263,3 +263,28 @@ def test_gate_power_gates_with_the_stand_in_never_join_a_file_of_gates_without_i
         with pytest.raises(SystemExit, match="ab_power_old.jsonl: holds gates side by side without the stand-in"):
             ab_power.main(["--pair", pair, "--duet", "on", "--levels", "0", "--gates", "1", "--out", str(old)])
         assert old.read_text() == json.dumps(row) + "\n"  # nothing written
+
+
+def test_gate_power_counts_each_cpus_gates_for_it_alone(monkeypatch):
+    """benchmarks/ab_power.py: one class covers several CPUs (an "AMD EPYC" VM may be a Zen 4 or a Zen 5),
+    so in a file holding several, the gates a run counts on (and the A/A rounds it resamples) are those
+    its own CPU recorded, never another's nor those kept before the CPU was recorded; the table gives
+    each CPU rows of its own, and one command adds to the file on any of them."""
+    monkeypatch.setattr(duet, "plan", functools.partial(duet.plan, cores=[0, 1]))
+    with script_module("ab_power") as ab_power, script_module("gate_power_table") as table:
+        plan = duet.plan("on")
+        zen4 = {"model": "AMD EPYC", "generation": "family 25 model 17"}
+        zen5 = {"model": "AMD EPYC", "generation": "family 26 model 2"}
+        base = {"combination": "p+d:bf16:cpu:greedy:k16", "condition": "quiet", "mode": "duet", "swap_s": plan.swap_s,
+                "cpu_class": "avx512-bf16", "level": 0.0, "into": "target", "tolerance": 0.1, "rounds": 8,
+                "stand_in_rounds": 8}
+        rows = [dict(base, cpu=zen5), dict(base, cpu=zen4), dict(base), dict(base, condition="noisy", cpu=zen4)]
+        setup = ab_power.same_setup(rows, base["combination"], plan, "quiet", "avx512-bf16")
+        assert setup == rows[:3], setup
+        names = [ab_power.host_of(r) for r in rows[:3]]
+        assert names == ["AMD EPYC, family 26 model 2", "AMD EPYC, family 25 model 17", None], names
+        assert ab_power.on_host(setup, names[1]) == [rows[1]]
+        assert ab_power.on_host(setup, names[0]) == [rows[0]]
+        groups = table.grouped([("ab_power_x.jsonl", r) for r in rows[:3]], (8, 8, 32))
+        assert sorted(g.cpu or "" for g in groups) == ["", *names[1::-1]]
+        assert len({g.place for g in groups}) == 1  # one file and setup: one command adds to it on any CPU
