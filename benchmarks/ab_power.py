@@ -19,7 +19,10 @@ tighter than real gates give.
     python benchmarks/ab_power.py --pair qwen-coder-1.5b+0.5b --levels env:0,env:0.10 --gates 10      # across envs
     python benchmarks/noisy_host.py -- python benchmarks/ab_power.py --levels 0,0.10 --gates 20     # noisy
     python benchmarks/ab_power.py --gates 0 --out benchmarks/data/ab_power_avx512-bf16_duet_quiet.jsonl \
-        --pair qwen-coder-1.5b+0.5b --levels 0,0.10 --duet on                    # the tables from kept rows
+        --pair qwen-coder-1.5b+0.5b --levels 0,0.10 --duet on --cpu "not recorded"   # the tables from kept rows
+
+A file's gates count for the CPU that recorded them (its model name and generation) and no other: one
+class covers several CPUs. --cpu reports another's, or those kept before the CPU was recorded.
 """
 
 from __future__ import annotations
@@ -94,6 +97,10 @@ def parse_args(argv):
                    help="rounds between looks after the first (default: the registry's [perf] batch); the real "
                         "and the resampled gates use it")
     p.add_argument("--out", type=Path, default=Path("results/ab_power.jsonl"), help="finished gates (resumed)")
+    p.add_argument("--cpu", default=None, metavar="NAME",
+                   help="whose kept gates to count and report: this host's CPU (the default, the only one that takes "
+                   f"more gates), '{NOT_RECORDED}' for those kept before the CPU was recorded, or a name as "
+                   "docs/perf-gate.md's tables give it (\"AMD EPYC, family 26 model 2\")")
     return p.parse_args(argv)
 
 
@@ -356,7 +363,12 @@ def main(argv=None) -> int:
         raise SystemExit(str(exc).replace("--perf-duet", "--duet")) from None
     kept = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
     setup = same_setup(kept, combo.id, plan, args.condition, matrix.cpu_class)
-    same = on_host(setup, host_of({"cpu": host_cpu()}))
+    cpu = chosen_cpu(args.cpu, host_of({"cpu": host_cpu()}) or UNKNOWN_CPU, args.gates)
+    same = on_host(setup, cpu)
+    if not same and setup:
+        held = sorted({host_of(g) or NOT_RECORDED for g in setup})
+        print(f"{args.out}: no kept gates of this setup on {cpu or NOT_RECORDED}; it holds some of: "
+              + "; ".join(held) + " (--cpu NAME reports those)", file=sys.stderr)
     done = [g for g in same if g.get("tolerance", ABSettings().tolerance) == args.tolerance
             and same_looks(g, settings)]
     if args.gates and not all(takes_gates(plan.mode, has_stand_in(g)) for g in setup):
@@ -395,11 +407,24 @@ def same_setup(kept: list[dict], combination: str, plan: duet.Plan, condition: s
             and g.get("condition", "quiet") == condition and g.get("cpu_class", cpu_class) == cpu_class]
 
 
+NOT_RECORDED = "not recorded"  # --cpu: the gates kept before the CPU was recorded
+UNKNOWN_CPU = "an unknown CPU"  # a host whose CPU names nothing: its gates never count as unrecorded ones
+
+
+def chosen_cpu(choice: str | None, here: str, gates: int) -> str | None:
+    """Whose kept gates a run counts and reports (--cpu): this host's unless named; gates run only here."""
+    cpu = here if choice is None else None if choice == NOT_RECORDED else choice
+    if gates and cpu != here:
+        raise SystemExit(f"--cpu {choice}: this host is {here}, and gates run on it alone: give --gates 0 to report "
+                         "another CPU's kept gates")
+    return cpu
+
+
 def on_host(gates: list[dict], cpu: str | None) -> list[dict]:
     """The gates of one CPU (host_of): those a run there counts on (at its tolerance) and whose A/A rounds
     its resampled gates draw from. One class covers several CPUs (an "AMD EPYC" VM may be a Zen 4 or a
     Zen 5), so a gate counts for the CPU it recorded and no other; one kept before the CPU was recorded
-    counts for none (docs/perf-gate.md's tables show those apart, as "not recorded")."""
+    counts for none but `None` (--cpu "not recorded"; docs/perf-gate.md's tables show those apart)."""
     return [g for g in gates if host_of(g) == cpu]
 
 
@@ -429,7 +454,8 @@ def report(done: list[dict], aa: list[dict], levels: list[tuple[str, float]], co
     ab = ABSettings(tolerance=args.tolerance, restart_every=args.restart_every)
     half = f"{100 * args.tolerance / 2:.3g}%"  # 2.5%, not 2%
     pairs = worker_pairs(aa, ab.restart_every)
-    print(f"\nA/B gate power, {combo.id}, {plan.mode}, {args.condition}, tolerance {100 * args.tolerance:.3g}% "
+    print(f"\nA/B gate power, {combo.id}, {plan.mode}, {args.condition}, {args.cpu or 'this CPU'}, "
+          f"tolerance {100 * args.tolerance:.3g}% "
           f"(regression: significant and beyond -{half}; pass: -{half} ruled out), "
           f"rounds {settings.rounds} (+{settings.batch}) up to {settings.max_rounds}; resampled from "
           f"{sum(g['rounds'] for g in aa)} A/A rounds of {len(aa)} gates ({pairs} worker pairs)")

@@ -156,7 +156,7 @@ def test_the_report_says_when_too_few_worker_pairs_back_the_resampled_rates(caps
     """A resampled rate from a few worker pairs is said to be rough; from enough of them it is not."""
     aa = [g for g in GATES if g["level"] == 0 and g["rounds"] == 8]
     settings = PerfSettings.from_matrix(registry.load_matrix())
-    args = type("Args", (), {"tolerance": 0.1, "restart_every": 4, "condition": "quiet", "trials": 2})()
+    args = type("Args", (), {"tolerance": 0.1, "restart_every": 4, "condition": "quiet", "trials": 2, "cpu": None})()
     plan = type("Plan", (), {"mode": "duet"})()
     with script_module("ab_power") as ab_power:
         assert ab_power.worker_pairs([{"rounds": 8, "restart_every": 4}, {"rounds": 13}], 4) == 2 + 4

@@ -288,3 +288,31 @@ def test_gate_power_counts_each_cpus_gates_for_it_alone(monkeypatch):
         groups = table.grouped([("ab_power_x.jsonl", r) for r in rows[:3]], (8, 8, 32))
         assert sorted(g.cpu or "" for g in groups) == ["", *names[1::-1]]
         assert len({g.place for g in groups}) == 1  # one file and setup: one command adds to it on any CPU
+
+
+def test_gate_power_reports_the_gates_of_the_cpu_it_is_asked_for(tmp_path, monkeypatch, capsys):
+    """benchmarks/ab_power.py --gates 0 on a file holding two CPUs' gates and some kept before the CPU was
+    recorded: it reports this host's CPU's alone, another's with --cpu NAME, the unrecorded ones with
+    --cpu "not recorded"; asking for gates on a CPU not this host's is refused, naming --cpu."""
+    monkeypatch.setattr(duet, "plan", functools.partial(duet.plan, cores=[0, 1]))
+    with script_module("ab_power") as ab_power:
+        matrix = registry.load_matrix()
+        pair = "qwen-coder-1.5b+0.5b"
+        combo = ab_power.combination(matrix, pair, PerfSettings.from_matrix(matrix))
+        kept = ab_power.REPO / "benchmarks/data/ab_power_avx512-bf16_duet-swap0.05-standin_quiet_k16-fused-c0.6.jsonl"
+        aa = [row for row in map(json.loads, kept.read_text().splitlines()) if row["level"] == 0 and row["into"] == "target"
+              and row.get("tolerance") == 0.1]
+        zen4 = next(r for r in aa if r["cpu"]["generation"] == "family 25 model 17")
+        zen5 = [r for r in aa if r["cpu"]["generation"] == "family 26 model 2"][:2]
+        unrecorded = {k: v for k, v in zen5[0].items() if k != "cpu"}
+        out = tmp_path / "ab_power_mixed.jsonl"
+        out.write_text("".join(json.dumps(dict(r, combination=combo.id, cpu_class=matrix.cpu_class)) + "\n"
+                               for r in [zen4, *zen5, unrecorded]))
+        monkeypatch.setattr(ab_power, "host_cpu", lambda: zen4["cpu"])
+        args = ["--pair", pair, "--duet", "on", "--levels", "0", "--gates", "0", "--trials", "4", "--out", str(out)]
+        for cpu, gates in ((None, 1), ("AMD EPYC, family 26 model 2", 2), ("not recorded", 1), ("AMD EPYC, family 9", 0)):
+            ab_power.main(args + (["--cpu", cpu] if cpu else []))
+            printed = capsys.readouterr().out
+            assert f"A/A rounds of {gates} gates" in printed, (cpu, printed)
+        with pytest.raises(SystemExit, match="--cpu not recorded: this host is AMD EPYC, family 25 model 17"):
+            ab_power.main([*args[:7], "1", "--out", str(out), "--cpu", "not recorded"])
