@@ -336,9 +336,10 @@ def host_cpu() -> dict[str, str]:
 
 def host_of(row: dict) -> str | None:
     """The CPU a kept gate ran on ("AMD EPYC, family 26 model 2"): its model name and generation; None for
-    rows kept before it was recorded. Gates on other CPUs are other gates: counted, pooled and tabled apart."""
-    cpu = row.get("cpu") or {}
-    return ", ".join(filter(None, (cpu.get("model"), cpu.get("generation")))) or None
+    rows kept before it was recorded; UNKNOWN_CPU where the host's CPU named nothing (never one of those).
+    Gates on other CPUs are other gates: counted, pooled and tabled apart."""
+    cpu = row.get("cpu")
+    return ", ".join(filter(None, (cpu.get("model"), cpu.get("generation")))) or UNKNOWN_CPU if cpu else None
 
 
 def main(argv=None) -> int:
@@ -363,7 +364,7 @@ def main(argv=None) -> int:
         raise SystemExit(str(exc).replace("--perf-duet", "--duet")) from None
     kept = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
     setup = same_setup(kept, combo.id, plan, args.condition, matrix.cpu_class)
-    cpu = chosen_cpu(args.cpu, host_of({"cpu": host_cpu()}) or UNKNOWN_CPU, args.gates)
+    cpu = chosen_cpu(args.cpu, host_of({"cpu": host_cpu()}), args.gates)
     same = on_host(setup, cpu)
     if not same and setup:
         held = sorted({host_of(g) or NOT_RECORDED for g in setup})
@@ -411,7 +412,7 @@ NOT_RECORDED = "not recorded"  # --cpu: the gates kept before the CPU was record
 UNKNOWN_CPU = "an unknown CPU"  # a host whose CPU names nothing: its gates never count as unrecorded ones
 
 
-def chosen_cpu(choice: str | None, here: str, gates: int) -> str | None:
+def chosen_cpu(choice: str | None, here: str | None, gates: int) -> str | None:
     """Whose kept gates a run counts and reports (--cpu): this host's unless named; gates run only here."""
     cpu = here if choice is None else None if choice == NOT_RECORDED else choice
     if gates and cpu != here:

@@ -460,7 +460,7 @@ def glance(cells: Cells, classes: list[str]) -> list[str]:
         cpus = {key[1] for key in cells if key[0] == cpu_class}
         for cpu in sorted(cpus - {None}) + [None] * (None in cpus):
             for condition in CONDITIONS:
-                lines.append(f"| {cpu_class} | {cpu or 'not recorded'} | {condition} | "
+                lines.append(f"| {cpu_class} | {cpu or ab_power.NOT_RECORDED} | {condition} | "
                              + " | ".join(glance_cell(cells.get((cpu_class, cpu, condition, t), []), letters)
                                           for t in TARGETS) + " |")
     if letters:
@@ -603,7 +603,7 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
                 if to == group.place and (meets(status) or missed(status)):
                     ended.setdefault((to, t), []).append((level, status))
             name = level_name(level) + (f" ({ms:.1f} ms a step)" if ms is not None else "")
-            lines.append(f"| {group.cpu_class} | {group.cpu or 'not recorded'} | `{combo}` | {group.condition}{looks} "
+            lines.append(f"| {group.cpu_class} | {group.cpu or ab_power.NOT_RECORDED} | `{combo}` | {group.condition}{looks} "
                          f"| {100 * group.tolerance:g}% "
                          f"| {name} | {len(gates)} | {outcomes(gates, level, today)} | {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
