@@ -93,14 +93,14 @@ gate-power: setup
 # How well the A/B gate tells a slower commit from noise on the default pair (docs/perf-gate.md, "Gate
 # power"): first the tests that time the planted slowdowns live (marker `planted`), then real gates
 # per planted slowdown (A/A, a 10% slower target, a 20% slower draft, and the phase levels: a 10%
-# slower draft, a 10% slower verification pass, host work of 1.7% of a verification before each one,
-# about 5 ms where a pass takes 300 ms (the commands under docs/perf-gate.md's gate-power tables size
-# it from each class's gates); then 5% at --perf-tolerance 0.05), levels interleaved, kept in
+# slower draft, a 10% slower verification pass, and 5 ms of host work before each verification: the
+# fraction of the pass that plants 5 ms on this CPU, sized from its gates in AB_POWER_OUT, after the
+# first A/A gate where it has none); then 5% at --perf-tolerance 0.05), levels interleaved, kept in
 # AB_POWER_OUT and resumed from it (hours on 2 cores), with the rates of gates replayed on its A/A
 # rounds resampled. Under the noisy neighbour: make gate-power-ab-noisy.
 AB_POWER_OUT    ?= results/ab_power.jsonl
 AB_POWER_ARGS   ?= --pair $(PAIR) --gates 20 --out $(AB_POWER_OUT)
-AB_POWER_LEVELS ?= 0,0.10,draft:0.20,draft:0.10,verify:0.10,glue:0.017
+AB_POWER_LEVELS ?= 0,0.10,draft:0.20,draft:0.10,verify:0.10,glue:5ms
 gate-power-ab: fetch
 	$(PY) -m pytest tests/unit -m planted -q -p no:cacheprovider
 	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS) --levels $(AB_POWER_LEVELS)

@@ -2,7 +2,8 @@
 
 Runs whole A/B gates (harness/perf/ab/gate.py) of the working tree against a base revision, with a
 slowdown planted in the candidate's target forward pass (0 = A/A) or, as draft:F, in its draft's
-forward only (likewise verify:F, glue:F), or as env:F in a copy of transformers whose decoder layers
+forward only (likewise verify:F, glue:F; glue:5ms sizes F to plant 5 ms a step on the CPU that runs
+it), or as env:F in a copy of transformers whose decoder layers
 are F slower, installed in an overlay of this environment that the candidate arm runs in (env:0: the
 unchanged copy, two environments that differ in one package only; harness/perf/plant_package.py), and
 records each finished gate (both arms' rounds) to a JSON-lines file, so an
@@ -35,7 +36,8 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -72,7 +74,8 @@ def parse_args(argv):
     p.add_argument("--levels", default="0,0.10",
                    help="slowdowns planted in the candidate's target forward; draft:F plants F into the draft's "
                         "forward only (plain decoding untouched), verify:F into the target's verification passes, "
-                        "glue:F as host work before each verification (harness/perf/plant.py); env:F runs the "
+                        "glue:F as host work before each verification (harness/perf/plant.py), F of the pass, or "
+                        "glue:Nms, the F that plants N ms a step on this CPU (sized_level); env:F runs the "
                         "candidate in an overlay environment whose transformers' decoder layers are F slower "
                         "(harness/perf/plant_package.py), e.g. 0,0.10,draft:0.20,env:0")
     p.add_argument("--gates", type=int, default=5, help="real gates per level (0: only the tables from the kept rows)")
@@ -109,20 +112,98 @@ def combination(matrix: registry.Matrix, pair_name: str, settings: PerfSettings)
     return combinations.of_pair(matrix, pair_name, settings, given_by="benchmarks/ab_power.py")
 
 
-def parse_level(text: str) -> tuple[str, float]:
+@dataclass(frozen=True)
+class PerStep:
+    """A level given in ms a step (glue:5ms): host work the plant sizes as a fraction of the verification
+    pass (harness/perf/plant.py), so the fraction that plants the ms is the CPU's own (sized_level)."""
+    into: str
+    ms: float
+
+    def __str__(self) -> str:
+        return f"{self.into}:{self.ms:g}ms"
+
+
+Level = tuple[str, float]  # (where the slowdown is planted, fraction)
+
+
+def parse_level(text: str) -> Level | PerStep:
     """'0.10' -> ('target', 0.10); 'draft:0.20' -> ('draft', 0.20); likewise verify:F and glue:F
-    (--perf-plant-into's places: harness/perf/plant.py PLANT_INTO)."""
-    into, _, fraction = text.rpartition(":")
+    (--perf-plant-into's places: harness/perf/plant.py PLANT_INTO); 'glue:5ms' -> PerStep('glue', 5.0)."""
+    into, _, amount = text.rpartition(":")
+    if into == "glue" and amount.endswith("ms"):
+        try:
+            ms = float(amount.removesuffix("ms"))
+        except ValueError:
+            ms = math.nan
+        if ms > 0 and math.isfinite(ms):
+            return PerStep(into, ms)
+        raise SystemExit(f"--levels: {text!r}: give glue:Nms with N ms above 0, e.g. glue:5ms")
     try:
         if into in ("", *PLANT_INTO, ENV):
-            return into or "target", float(fraction)
+            return into or "target", float(amount)
     except ValueError:
         pass
-    raise SystemExit(f"--levels: {text!r}: give F or PLACE:F (a fraction; PLACE one of {', '.join((*PLANT_INTO, ENV))}), "
-                     "e.g. 0,0.10,draft:0.20")
+    raise SystemExit(f"--levels: {text!r}: give F or PLACE:F (a fraction; PLACE one of {', '.join((*PLANT_INTO, ENV))}) "
+                     "or glue:Nms (the fraction that plants N ms a step here), e.g. 0,0.10,draft:0.20,glue:5ms")
 
 
-def level_of(row: dict) -> tuple[str, float]:
+# A glue level plants its fraction of the verification pass before each one, so the ms it plants follow
+# the host's speed, which differs between CPUs and moves from day to day. glue:Nms resumes a level whose
+# own gates on this CPU planted at least SIZED of N ms a step, else sizes one by the median pass of this
+# CPU's latest SIZING_GATES gates: one command plants the same ms on every CPU.
+SIZED, SIZING_GATES = 0.95, 20
+
+
+def verify_ms(gates: Iterable[dict]) -> float | None:
+    """The median verification pass of the gates' unchanged arm (the base), in ms: a glue level plants
+    its fraction of this a step; None where no gate timed its phases."""
+    times = [phases["verify"]["median_ms"] for g in gates for phases in (g.get("phases") or {}).get("base", [])
+             if phases and "verify" in phases]
+    return statistics.median(times) if times else None
+
+
+def latest_pass(gates: Iterable[dict]) -> float | None:
+    """The median verification pass (ms) of the latest SIZING_GATES of these gates (in the order given)
+    that timed one: the pass a new glue level is sized by, as close to the host's speed today as the gates go."""
+    timed = [g for g in gates if verify_ms([g]) is not None]
+    return verify_ms(timed[-SIZING_GATES:])
+
+
+def glue_ms(level: Level, verify: float | None) -> float | None:
+    """The ms a glue level plants a step on a verification pass of `verify` ms; None for other levels
+    or where no gate timed one."""
+    into, fraction = level
+    return fraction * verify if into == "glue" and fraction and verify else None
+
+
+def plants(level: Level, verify: float | None, ms: float) -> bool:
+    """The level plants at least SIZED of `ms` a step on a verification pass of `verify` ms."""
+    return (glue_ms(level, verify) or 0.0) >= SIZED * ms
+
+
+def fraction_planting(ms: float, verify: float) -> float:
+    """The smallest fraction, in steps of 0.1%, that plants `ms` on a verification pass of `verify` ms."""
+    return math.ceil(1000 * ms / verify - 1e-9) / 1000
+
+
+def sized_level(level: PerStep, done: list[dict], timed: list[dict]) -> Level | None:
+    """The fraction glue:Nms plants on this CPU: the kept level of its gates (`done`: this CPU's, at this
+    tolerance and looks) whose own gates planted at least SIZED of N ms a step, the one with the most
+    gates (a level keeps its gates though the host's speed moves); else the smallest that plants N ms on
+    the latest pass of `timed` (this CPU's gates in the file, in the order kept: latest_pass); None
+    where none of them timed a pass yet."""
+    kept: dict[Level, list[dict]] = {}
+    for g in done:
+        if level_of(g)[0] == level.into and g["level"]:
+            kept.setdefault(level_of(g), []).append(g)
+    holding = [lv for lv, gates in kept.items() if plants(lv, verify_ms(gates), level.ms)]
+    if holding:
+        return max(holding, key=lambda lv: len(kept[lv]))
+    verify = latest_pass(timed)
+    return (level.into, fraction_planting(level.ms, verify)) if verify else None
+
+
+def level_of(row: dict) -> Level:
     return row.get("into", "target"), row["level"]
 
 
@@ -381,8 +462,29 @@ def main(argv=None) -> int:
         repo = revision.repository_root(REPO)
         trees = (revision.checkout(repo, args.against), revision.working_tree(repo))
         args.out.parent.mkdir(parents=True, exist_ok=True)
+    sized: dict[PerStep, Level] = {}
+
+    def resolved(level: Level | PerStep) -> Level | None:
+        """A level in ms a step as a fraction, sized once on this CPU (sized_level); None until a gate here
+        timed a verification pass."""
+        if not isinstance(level, PerStep):
+            return level
+        if level not in sized and (got := sized_level(level, done, same)):
+            sized[level] = got
+            kept = sum(level_of(g) == got for g in done)
+            print(f"{level}: {label(got)} of the verification pass on {cpu or NOT_RECORDED} ("
+                  + (f"its level with {kept} kept gates, " if kept else "")
+                  + f"{glue_ms(got, verify_ms([g for g in done if level_of(g) == got]) or latest_pass(same)):.1f} ms a step)",
+                  file=sys.stderr, flush=True)
+        return sized.get(level)
+
     for i in range(args.gates):  # levels interleaved, so a slow hour of the machine hits every level
-        for level in levels:
+        for asked in levels:
+            level = resolved(asked)
+            if level is None:
+                raise SystemExit(f"--levels {asked}: no gate of this setup on {cpu or NOT_RECORDED} in {args.out} timed a "
+                                 "verification pass to size it by: put 0 before it in --levels (an A/A gate times "
+                                 "one), or give glue:F")
             if sum(level_of(g) == level for g in done) > i:
                 continue
             into, fraction = level
@@ -396,6 +498,11 @@ def main(argv=None) -> int:
             done.append(gate)
             same.append(gate)
             print(f"  {gate['outcome']} after {gate['rounds']} rounds, {gate['minutes']:.1f} min", file=sys.stderr)
+    unsized = [str(level) for level in levels if resolved(level) is None]
+    if unsized:
+        print(f"{', '.join(unsized)}: not sized on {cpu or NOT_RECORDED} yet: no gate of this setup here timed a "
+              "verification pass", file=sys.stderr)
+    levels = [resolved(level) for level in levels if resolved(level) is not None]
     report(done, [g for g in same if not g["level"] and g.get("into") != ENV], levels, combo, settings, plan, args)
     compare_gates(done, levels, settings, args.tolerance)
     return 0

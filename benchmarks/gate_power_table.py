@@ -21,13 +21,11 @@ import argparse
 import dataclasses
 import json
 import logging
-import math
 import random
 import statistics
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import ab_power
@@ -57,16 +55,16 @@ NOISY = "python benchmarks/noisy_host.py --duty 0.3 --burst-ms 200 -- "  # make 
 GATES, CAUGHT, ENV_GATES, ENV_CAUGHT = 20, 19, 10, 9
 MINUTES, MINUTES_AT_5 = 5.0, 10.0
 # Issue 27's glue: 5 ms added to each assisted step. A glue level is a fraction of the verification
-# pass (harness/perf/plant.py), so the ms it plants follow the host's speed, which moves from day to
-# day: a level whose own gates planted at least SIZED of that is the target's; a smaller one holds it
-# only by meeting it (a smaller slowdown caught shows the larger one would be), and is kept without
-# a target once it misses. New levels are sized by the pass of a file's latest GATES gates.
-GLUE_MS, SIZED = 5.0, 0.95
+# pass (harness/perf/plant.py), so the ms it plants follow the host's speed: a level whose own gates
+# planted at least ab_power.SIZED of that is the target's; a smaller one holds it only by meeting it (a
+# smaller slowdown caught shows the larger one would be), and is kept without a target once it misses.
+# Its command asks for glue:5ms, which ab_power.py sizes on the CPU that runs it (ab_power.sized_level).
+GLUE_MS = 5.0
 MAX_RESAMPLED_FALSE_ALARMS = 0.01
 # A file named after another with this suffix holds levels of it measured again after the gate changed.
 MEASURED_AGAIN = "_phase-located"
 
-Level = tuple[str, float]  # (where the slowdown is planted, fraction): ab_power.parse_level's
+Level = ab_power.Level
 AA: Level = ("target", 0.0)  # unchanged code against itself
 
 
@@ -161,33 +159,6 @@ def level_name(level: Level) -> str:
     if not fraction:
         return "A/A"
     return ab_power.label(level) + (" (plain untouched)" if into == "draft" else "")
-
-
-def verify_ms(gates: Iterable[dict]) -> float | None:
-    """The median verification pass of the gates' unchanged arm (the base), in ms: a glue level plants
-    its fraction of this a step; None where no gate timed its phases."""
-    times = [phases["verify"]["median_ms"] for g in gates for phases in (g.get("phases") or {}).get("base", [])
-             if phases and "verify" in phases]
-    return statistics.median(times) if times else None
-
-
-def finished(row: dict) -> datetime:
-    """When a kept gate finished (its row's `finished`); the earliest time for a row kept without one."""
-    return datetime.fromisoformat(row["finished"]) if "finished" in row else datetime.min.replace(tzinfo=timezone.utc)
-
-
-def latest_pass(gates: Iterable[dict]) -> float | None:
-    """The median verification pass (ms) of the latest GATES of these gates (in the order kept) that
-    timed one: the pass a new glue level is sized by, as close to the host's speed today as the gates go."""
-    timed = [g for g in gates if verify_ms([g]) is not None]
-    return verify_ms(timed[-GATES:])
-
-
-def glue_ms(level: Level, verify: float | None) -> float | None:
-    """The ms a glue level plants a step on a verification pass of `verify` ms; None for other levels
-    or where no gate timed one."""
-    into, fraction = level
-    return fraction * verify if into == "glue" and fraction and verify else None
 
 
 def level_arg(level: Level) -> str:
@@ -364,31 +335,31 @@ class Target:
     title: str
     tolerance: float
     into: str
-    fraction: float | None  # None: sized per class and setup to plant `ms` a step (glue)
+    fraction: float | None  # None: sized on each CPU to plant `ms` a step (glue; ab_power.sized_level)
     ms: float | None = None
 
     def holds(self, level: Level, verify: float | None) -> bool:
-        """The level is this target's: its place and fraction or, sized per class, a fraction of the
-        verification pass (`verify`: its ms in the level's own gates) that plants at least SIZED of `ms`."""
+        """The level is this target's: its place and fraction or, sized per CPU, a fraction of the
+        verification pass (`verify`: its ms in the level's own gates) that plants at least
+        ab_power.SIZED of `ms`."""
         into, fraction = level
         if into != self.into:
             return False
         if self.fraction is not None:
             return fraction == self.fraction
-        return (glue_ms(level, verify) or 0.0) >= SIZED * self.ms
+        return ab_power.plants(level, verify, self.ms)
 
     def under(self, level: Level, verify: float | None) -> bool:
-        """The level is of this target's place but, sized per class, plants less than SIZED of `ms`: it
-        holds the target only by meeting it."""
+        """The level is of this target's place but, sized per CPU, plants less than ab_power.SIZED of `ms`:
+        it holds the target only by meeting it."""
         return (self.fraction is None and level[0] == self.into and bool(level[1])
-                and glue_ms(level, verify) is not None and not self.holds(level, verify))
+                and ab_power.glue_ms(level, verify) is not None and not self.holds(level, verify))
 
-    def level(self, verify: float | None) -> Level | None:
-        """The level new gates of this target plant: its fraction, or the smallest in steps of 0.1% that
-        plants `ms` on a verification pass of `verify` ms (None where no gate has timed one)."""
-        if self.fraction is not None:
-            return self.into, self.fraction
-        return (self.into, math.ceil(1000 * self.ms / verify - 1e-9) / 1000) if verify else None
+    @property
+    def asked(self) -> str:
+        """The level as ab_power.py's --levels asks for it: its fraction, or its ms a step (glue:5ms), which
+        ab_power.py sizes on the CPU that runs it."""
+        return level_arg((self.into, self.fraction)) if self.fraction is not None else str(ab_power.PerStep(self.into, self.ms))
 
 
 # Each holds quiet and under the noisy neighbour (CONDITIONS): issue 25 says so, and issue 27 names no
@@ -484,46 +455,42 @@ def glance_cell(held: list[tuple[Group, Level, str]], letters: dict[str, str]) -
     return "-"
 
 
-def command(group: Group, levels: list[Level], default_looks: tuple[int, int, int]) -> str:
+def command(group: Group, targets: list[Target], default_looks: tuple[int, int, int]) -> str:
     arms = f"on --duet-swap {group.swap_s or 0:g}" if group.mode == "duet" else "off"
     arms += " --duet-sync" if group.synced else ""
-    flags = [f"--pair {group.pair}", f"--duet {arms}", f"--levels {','.join(level_arg(level) for level in levels)}"]
+    flags = [f"--pair {group.pair}", f"--duet {arms}", f"--levels {','.join(t.asked for t in targets)}"]
     if group.tolerance != ABSettings().tolerance:
         flags.append(f"--tolerance {group.tolerance:g}")
     if group.looks[1] != default_looks[1]:
         flags.append(f"--batch {group.looks[1]}")
     if group.looks[2] != default_looks[2]:
         flags.append(f"--max-rounds {group.looks[2]}")
-    flags += [f"--gates {ENV_GATES if any(lv[0] == ab_power.ENV for lv in levels) else GATES}",
+    flags += [f"--gates {ENV_GATES if any(t.into == ab_power.ENV for t in targets) else GATES}",
               f"--out benchmarks/data/{group.file}"]
     return (NOISY if group.condition == "noisy" else "") + "python benchmarks/ab_power.py " + " ".join(flags)
 
 
 # (class, CPU, condition, target) -> rows
 Cells = dict[tuple[str, str | None, str, Target], list[tuple[Group, Level, str]]]
-# where gates go (Group.place) -> targets -> the levels it holds for them itself
-Wanted = dict[Group, dict[Target, list[Level]]]
+# where gates go (Group.place) -> the targets whose levels its command asks for
+Wanted = dict[Group, set[Target]]
 
 
 @dataclass(frozen=True)
 class Kept:
     """The kept gates by group, with what judging them needs: the groups of the combination their class
-    gates today, the default looks and each group's gates in the order kept (file by file, line by line)."""
+    gates today and the default looks."""
     rows: list[tuple[str, dict]]
     groups: dict[Group, dict[Level, list[dict]]]
     current: frozenset[Group]
     default_looks: tuple[int, int, int]
-    in_order: dict[Group, list[dict]]
 
     @classmethod
     def of(cls, rows: list[tuple[str, dict]], default_looks: tuple[int, int, int]) -> Kept:
         groups = grouped(rows, default_looks)
         today = todays_combinations({g.pair for g in groups})
         current = frozenset(g for g in groups if today.get((g.cpu_class, g.pair)) == g.combination)
-        in_order: dict[Group, list[dict]] = {}
-        for file, row in rows:
-            in_order.setdefault(group_of(file, row, default_looks), []).append(row)
-        return cls(rows, groups, current, default_looks, in_order)
+        return cls(rows, groups, current, default_looks)
 
     def judged(self, g: Group) -> bool:
         return g in self.current and g.condition in CONDITIONS and g.looks == self.default_looks
@@ -539,27 +506,6 @@ class Kept:
         order = self.order(g)
         return order[0], order[3], "_env" in g.file, -g.tolerance
 
-    def sized_by(self, to: Group, t: Target) -> float | None:
-        """The verification pass (ms) a level sized per class is sized by where it goes to `to` (a place:
-        one command for every CPU): that of `to`'s latest gates on any CPU (latest_pass; a fraction sized by
-        one CPU's pass plants fewer ms on a faster one, and the table says where a level planted under
-        the target) or, with none yet, of the latest gates of the setup closest to
-        today's among the class and condition's files of planted code (not across environments) at the
-        target's tolerance, in the order they finished: rows without a `finished` time (kept before
-        rows had one) first, file by file in name order, then the others by that time."""
-        here = latest_pass(sorted((row for g, rows in self.in_order.items() if g.place == to for row in rows),
-                                  key=finished))
-        if here:
-            return here
-        near = [g for g in self.groups if self.judged(g) and latest_pass(self.in_order[g]) and g.tolerance == t.tolerance
-                and (g.cpu_class, g.condition) == (to.cpu_class, to.condition)
-                and not any(into == ab_power.ENV for into, _ in self.groups[g])]
-        if not near:
-            return None
-        best = max(map(closeness, near))
-        rows = [row for g in sorted(near, key=lambda g: g.file) if closeness(g) == best for row in self.in_order[g]]
-        return latest_pass(sorted(rows, key=finished))  # a stable sort
-
 
 def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
     """The table's rows, a level of a group each; the judged rows that hold each target; and where
@@ -569,7 +515,6 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
     lines = ["| class | CPU | combination | condition | tolerance | level | gates | outcomes | decided at round (gates) "
              "| minutes a gate: mean (range) | target | resampled A/A: regression, UNDECIDED, rounds | data |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    ended: dict[tuple[Group, Target], list[tuple[Level, str]]] = {}  # a place's own levels that met or missed a target
     for group in sorted(kept.groups, key=kept.order):
         judged = kept.judged(group)
         combo = group.combination.split(":", 1)[1].replace(":cpu:", ":") + (" (today's)" if group in kept.current else "")
@@ -583,8 +528,8 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
             pool = aa_pool(kept.rows, group, kept.default_looks) if level == AA else []
             cell = resampled_cell(group, pool, resampled) if pool else ""
             again = measured_again(group, level, kept.groups)
-            verify = verify_ms(gates)  # a glue level plants its fraction of its own gates' pass
-            ms = glue_ms(level, verify)
+            verify = ab_power.verify_ms(gates)  # a glue level plants its fraction of its own gates' pass
+            ms = ab_power.glue_ms(level, verify)
             under = [t for t in set_here if t.under(level, verify)] if judged and not again else []
             held = [t for t in set_here if t.holds(level, verify)] + under if judged and not again else []
             status = ("-" if not judged else f"measured again: {short(again.file)}" if again
@@ -596,21 +541,12 @@ def table_lines(kept: Kept, resampled: dict) -> tuple[list[str], Cells, Wanted]:
                 status += f" at {ms:.1f} ms a step"
             for t in held:
                 cells.setdefault((group.cpu_class, group.cpu, group.condition, t), []).append((group, level, status))
-                to = resumed(group).place
-                own = wanted.setdefault(to, {}).setdefault(t, [])
-                if to == group.place and level not in own:
-                    own.append(level)
-                if to == group.place and (meets(status) or missed(status)):
-                    ended.setdefault((to, t), []).append((level, status))
+                wanted.setdefault(resumed(group).place, set()).add(t)
             name = level_name(level) + (f" ({ms:.1f} ms a step)" if ms is not None else "")
             lines.append(f"| {group.cpu_class} | {group.cpu or ab_power.NOT_RECORDED} | `{combo}` | {group.condition}{looks} "
                          f"| {100 * group.tolerance:g}% "
                          f"| {name} | {len(gates)} | {outcomes(gates, level, today)} | {decided_at(gates)} "
                          f"| {minutes(gates)} | {status} | {cell} | {short(group.file)} |")
-    # a target met in a place (on any CPU), and missed by none, adds no gates of its other levels there
-    for (place, t), levels in ended.items():
-        if not any(missed(status) for _, status in levels):
-            wanted[place][t] = [levels[0][0]]
     return lines, cells, wanted
 
 
@@ -626,22 +562,7 @@ def want_missing(kept: Kept, cells: Cells, wanted: Wanted) -> None:
         for t in TARGETS:
             if not cells.get((cpu_class, cpu, condition, t)):
                 to = dataclasses.replace(todays(near, env=t.into == ab_power.ENV), tolerance=t.tolerance).place
-                wanted.setdefault(to, {}).setdefault(t, [])
-
-
-def commands_of(kept: Kept, wanted: Wanted) -> dict[Group, list[Level]]:
-    """Each group's levels to add: those it holds for a target itself, else the target's, sized there."""
-    commands: dict[Group, list[Level]] = {}
-    for to, targets in wanted.items():
-        for t, own in targets.items():
-            levels = own or [t.level(kept.sized_by(to, t))]
-            if levels == [None]:
-                log.warning("%s %s: no command for the %s target: no gate of the class and condition timed a "
-                            "verification pass to size it by", to.cpu_class, to.condition, t.title)
-            for level in levels:
-                if level is not None and level not in commands.setdefault(to, []):
-                    commands[to].append(level)
-    return commands
+                wanted.setdefault(to, set()).add(t)
 
 
 def render(rows: list[tuple[str, dict]], resampled: dict, default_looks: tuple[int, int, int]) -> str:
@@ -650,7 +571,6 @@ def render(rows: list[tuple[str, dict]], resampled: dict, default_looks: tuple[i
     kept = Kept.of(rows, default_looks)
     lines, cells, wanted = table_lines(kept, resampled)
     want_missing(kept, cells, wanted)
-    commands = commands_of(kept, wanted)
     intro = ("Where each class's merge gate stands against the targets on each CPU, on the combination it gates "
              "today (a CPU: its model name and family and model numbers, as each gate recorded them since "
              "2026-12-05; 'not recorded' before): side by "
@@ -658,15 +578,17 @@ def render(rows: list[tuple[str, dict]], resampled: dict, default_looks: tuple[i
              "target yet, the earlier setup closest to it that has, marked with a letter; '-' where none has. Each cell "
              "is the target column of the row (or, naming their levels, rows) of the table under it that hold the "
              "target; each row names its data file. A glue level is a fraction of the verification pass, so it holds "
-             f"the {GLUE_MS:g} ms target where its gates planted at least {SIZED:.0%} of it, and a level that planted "
+             f"the {GLUE_MS:g} ms target where its gates planted at least {ab_power.SIZED:.0%} of it, and a level that planted "
              "less holds it only by meeting it ('met at' its ms: a smaller slowdown caught shows the larger one would be).")
-    how = ("The commands that bring each target to its gates: the levels of the rows with a target, in their own file "
-           "where `ab_power.py` still adds to it, else in today's setup's, and of the targets without gates, in today's "
-           "setup's; a level that has its gates on the CPU that runs the command runs none there (`ab_power.py` "
-           "counts each CPU's gates apart; `--gates 0 --trials 2000` prints the rates again):")
+    how = ("The commands that bring each target to its gates: the targets of the rows that hold one, in their own "
+           "file where `ab_power.py` still adds to it, else in today's setup's, and the targets without gates, in "
+           "today's setup's; a level that has its gates on the CPU that runs the command runs none there (`ab_power.py` "
+           f"counts each CPU's gates apart, and sizes glue:{GLUE_MS:g}ms on it: the level whose gates there planted "
+           f"{GLUE_MS:g} ms a step, else a new one sized by its latest verification passes; `--gates 0 --trials 2000` "
+           "prints the rates again):")
     return "\n".join([intro, "", *glance(cells, list(capability.CLASSES)), "", *lines, "", how, "",
-                      *(f"    {command(g, sorted(commands[g], key=level_order), default_looks)}"
-                        for g in sorted(commands, key=kept.listed) if commands[g])])
+                      *(f"    {command(g, [t for t in TARGETS if t in wanted[g]], default_looks)}"
+                        for g in sorted(wanted, key=kept.listed) if wanted[g])])
 
 
 def short(file: str) -> str:
