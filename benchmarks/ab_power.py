@@ -203,6 +203,43 @@ def sized_level(level: PerStep, done: list[dict], timed: list[dict]) -> Level | 
     return (level.into, fraction_planting(level.ms, verify)) if verify else None
 
 
+class Sizes:
+    """The levels a run asks for as fractions: one in ms a step (glue:5ms) sized once on this CPU
+    (sized_level) from its gates in the file, `done` and `same` (main's lists, which grow as gates finish)."""
+
+    def __init__(self, done: list[dict], same: list[dict], cpu: str, out: Path):
+        self.done, self.same, self.cpu, self.out = done, same, cpu, out
+        self.sized: dict[PerStep, Level] = {}
+
+    def of(self, level: Level | PerStep) -> Level | None:
+        """The level as a fraction; None for one in ms until a gate here timed a verification pass."""
+        if not isinstance(level, PerStep):
+            return level
+        if level not in self.sized and (got := sized_level(level, self.done, self.same)):
+            self.sized[level] = got
+            own = [g for g in self.done if level_of(g) == got]
+            print(f"{level}: {label(got)} of the verification pass on {self.cpu} ("
+                  + (f"its level with {len(own)} kept gates, " if own else "")
+                  + f"{glue_ms(got, verify_ms(own) or latest_pass(self.same)):.1f} ms a step)", file=sys.stderr, flush=True)
+        return self.sized.get(level)
+
+    def to_run(self, level: Level | PerStep) -> Level:
+        """The level a gate plants now; SystemExit naming --levels where it cannot be sized yet."""
+        got = self.of(level)
+        if got is None:
+            raise SystemExit(f"--levels {level}: no gate of this setup on {self.cpu} in {self.out} timed a verification "
+                             "pass to size it by: put 0 before it in --levels (an A/A gate times one), or give glue:F")
+        return got
+
+    def known(self, levels: list[Level | PerStep]) -> list[Level]:
+        """The levels as fractions for the report, saying which could not be sized yet."""
+        unsized = [str(level) for level in levels if self.of(level) is None]
+        if unsized:
+            print(f"{', '.join(unsized)}: not sized on {self.cpu} yet: no gate of this setup here timed a "
+                  "verification pass", file=sys.stderr)
+        return [got for level in levels if (got := self.of(level)) is not None]
+
+
 def level_of(row: dict) -> Level:
     return row.get("into", "target"), row["level"]
 
@@ -462,29 +499,9 @@ def main(argv=None) -> int:
         repo = revision.repository_root(REPO)
         trees = (revision.checkout(repo, args.against), revision.working_tree(repo))
         args.out.parent.mkdir(parents=True, exist_ok=True)
-    sized: dict[PerStep, Level] = {}
-
-    def resolved(level: Level | PerStep) -> Level | None:
-        """A level in ms a step as a fraction, sized once on this CPU (sized_level); None until a gate here
-        timed a verification pass."""
-        if not isinstance(level, PerStep):
-            return level
-        if level not in sized and (got := sized_level(level, done, same)):
-            sized[level] = got
-            kept = sum(level_of(g) == got for g in done)
-            print(f"{level}: {label(got)} of the verification pass on {cpu or NOT_RECORDED} ("
-                  + (f"its level with {kept} kept gates, " if kept else "")
-                  + f"{glue_ms(got, verify_ms([g for g in done if level_of(g) == got]) or latest_pass(same)):.1f} ms a step)",
-                  file=sys.stderr, flush=True)
-        return sized.get(level)
-
+    sizes = Sizes(done, same, cpu or NOT_RECORDED, args.out)
     for i in range(args.gates):  # levels interleaved, so a slow hour of the machine hits every level
-        for asked in levels:
-            level = resolved(asked)
-            if level is None:
-                raise SystemExit(f"--levels {asked}: no gate of this setup on {cpu or NOT_RECORDED} in {args.out} timed a "
-                                 "verification pass to size it by: put 0 before it in --levels (an A/A gate times "
-                                 "one), or give glue:F")
+        for level in map(sizes.to_run, levels):  # lazily: a level in ms is sized when first reached
             if sum(level_of(g) == level for g in done) > i:
                 continue
             into, fraction = level
@@ -498,11 +515,7 @@ def main(argv=None) -> int:
             done.append(gate)
             same.append(gate)
             print(f"  {gate['outcome']} after {gate['rounds']} rounds, {gate['minutes']:.1f} min", file=sys.stderr)
-    unsized = [str(level) for level in levels if resolved(level) is None]
-    if unsized:
-        print(f"{', '.join(unsized)}: not sized on {cpu or NOT_RECORDED} yet: no gate of this setup here timed a "
-              "verification pass", file=sys.stderr)
-    levels = [resolved(level) for level in levels if resolved(level) is not None]
+    levels = sizes.known(levels)
     report(done, [g for g in same if not g["level"] and g.get("into") != ENV], levels, combo, settings, plan, args)
     compare_gates(done, levels, settings, args.tolerance)
     return 0
