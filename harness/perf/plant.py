@@ -11,6 +11,7 @@ the core busy as slower code would (a sleep would free the core):
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -47,21 +48,28 @@ def is_verification(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 class PlantedSlowdown:
     """Makes the forward passes of a model `fraction` slower by spinning after each (the gate's own
     check: `--perf-plant-slowdown`, benchmarks/ab_power.py); `only_verify`: the target's
-    verification passes only. `fraction` may change between rounds (one model load for every level)."""
+    verification passes only. `fraction` may change between rounds (one model load for every level).
+
+    It wraps the model's forward rather than hooking it, so that all of its own work (the clock
+    reads, telling a verification apart, the spin) runs inside the pass as slower code would, between
+    the pass timer's hooks (harness/measure/phases.py): a hook of its own that ran before the timer's
+    put that work in the host overhead of the step instead (docs/perf-gate.md, "A planted slowdown
+    stays in its phase")."""
 
     def __init__(self, model: Any, fraction: float = 0.0, *, only_verify: bool = False):
         self.fraction = fraction
+        forward = model.forward
 
-        def start(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            module._planted = (time.perf_counter(), not only_verify or is_verification(args, kwargs))
-
-        def stop(module: Any, args: Any, output: Any) -> None:
-            t0, planted = module._planted
+        @functools.wraps(forward)  # keeps forward's signature, which transformers' generate inspects
+        def slower(*args: Any, **kwargs: Any) -> Any:
+            planted = not only_verify or is_verification(args, kwargs)  # before the pass fills the cache
+            t0 = time.perf_counter()
+            out = forward(*args, **kwargs)
             if planted:
                 _spin((time.perf_counter() - t0) * self.fraction)
+            return out
 
-        model.register_forward_pre_hook(start, with_kwargs=True)
-        model.register_forward_hook(stop)
+        model.forward = slower
 
 
 class PlantedGlue:

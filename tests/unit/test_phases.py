@@ -220,6 +220,34 @@ def test_a_slower_draft_reaches_the_fused_loop(target):
     assert ratio > 2.5, ratio
 
 
+@pytest.mark.parametrize("only_verify", [False, True])
+def test_a_planted_slowdown_does_its_own_work_inside_the_pass_it_slows(monkeypatch, only_verify):
+    """The plant's clock reads, its check for a verification and its spin all fall between the pass
+    timer's two clock reads, though the plant was put on the model before the timer attached (as a
+    run does): none of it may land in the host overhead around the pass."""
+    import types
+
+    import torch
+
+    from harness.perf import plant
+
+    log: list[str] = []
+    monkeypatch.setattr(plant, "time", types.SimpleNamespace(perf_counter=lambda: log.append("plant") or 0.0))
+    monkeypatch.setattr(plant, "_spin", lambda seconds: log.append("spin"))
+    checked = plant.is_verification
+    monkeypatch.setattr(plant, "is_verification", lambda a, kw: log.append("check") or checked(a, kw))
+    model = tiny_model("llama", seed=0)
+    plant.PlantedSlowdown(model, 0.1, only_verify=only_verify)
+    timer = phases.PassTimer(clock=lambda: log.append("timer") or float(len(log)))
+    handles = timer.attach(model, "target")
+    model(input_ids=torch.tensor([[1, 2, 3]]))
+    for h in handles:
+        h.remove()
+    assert log[0] == log[-1] == "timer" and log.count("timer") == 2, log
+    assert log.count("plant") == (1 if only_verify else 2) and log.count("check") == only_verify, log
+    assert ("spin" in log) != only_verify, log  # a prefill is not a verification
+
+
 def test_a_round_carries_its_phases_and_refuses_malformed_ones():
     doc = {"plain_tokens_per_sec": 3.0, "assisted_tokens_per_sec": 7.5, "speedup": 2.5,
            "counters": {"p0": {"new_tokens": 32, "drafted": 30, "accepted": 25, "target_forwards": 7}},
