@@ -588,7 +588,7 @@ def render(rows: list[tuple[str, dict]], resampled: dict, default_looks: tuple[i
            "prints the rates again):")
     return "\n".join([intro, "", *glance(cells, list(capability.CLASSES)), "", *lines, "", how, "",
                       *(f"    {command(g, [t for t in TARGETS if t in wanted[g]], default_looks)}"
-                        for g in sorted(wanted, key=kept.listed) if wanted[g])])
+                        for g in sorted(wanted, key=kept.listed))])
 
 
 def short(file: str) -> str:
