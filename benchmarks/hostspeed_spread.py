@@ -9,7 +9,9 @@ pinned to one core (one, the gate's default) or torch's threads on every core (a
 Prints, per rate: the median, the spread between processes (sd of the log, the range around the
 median), then, for a few thresholds, the share of ordered pairs of runs (one as the stored probe,
 one as this host's) that harness/machine/hostspeed.py compare() would call not comparable. The figures
-behind hostspeed.THRESHOLD came from this script.
+behind hostspeed.THRESHOLD came from this script. Where the probes kept their draws
+(hostspeed.DRAWS), the same is printed for each probe's first draw alone, as a probe of one draw
+would have read in the same processes: what taking the median of several draws changes.
 """
 
 from __future__ import annotations
@@ -68,6 +70,22 @@ def deferral_lines(probes: list[dict], thresholds: list[float]) -> list[str]:
     return lines
 
 
+def first_draws(probes: list[dict]) -> list[dict]:
+    """Each probe as one draw would have measured it: its first draw's rates."""
+    return [{**p, "rates": p["draw_rates"][0]} for p in probes if p.get("draw_rates")]
+
+
+def report_lines(probes: list[dict], thresholds: list[float]) -> list[str]:
+    draws = probes[0].get("draws", 1)
+    lines = [f"{len(probes)} probes, {statistics.median(p['seconds'] for p in probes):.2f} s each (median)",
+             f"each rate the median of {draws} draw(s):", *spread_lines(probes), *deferral_lines(probes, thresholds)]
+    single = first_draws(probes)
+    if draws > 1 and len(single) == len(probes):
+        lines += ["each probe's first draw alone (a probe of one draw):", *spread_lines(single),
+                  *deferral_lines(single, thresholds)]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=30)
@@ -80,8 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(probes, indent=1) + "\n")
-    print(f"{len(probes)} probes, {statistics.median(p['seconds'] for p in probes):.2f} s each (median)")
-    for line in spread_lines(probes) + deferral_lines(probes, [0.10, 0.15, 0.20, 0.25, 0.30, hostspeed.THRESHOLD]):
+    for line in report_lines(probes, [0.10, 0.15, 0.20, 0.25, 0.30, hostspeed.THRESHOLD]):
         print(line)
     return 0
 
