@@ -272,7 +272,8 @@ def candidate_environment(fraction: float, here: environment.Environment) -> env
     """env:F: an overlay of this environment with transformers copied, its decoder layers F slower
     (F = 0: unchanged), built once into the cache (harness/perf/ab/environment.py)."""
     wheel = plant_package.transformers_wheel(cache_root() / "planted-wheels", fraction)
-    return environment.build(str(wheel), here, say=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    return environment.build(str(wheel), here, say=lambda line: print(f"  {line}", file=sys.stderr, flush=True),
+                             label=f"the candidate's environment (env:{fraction:g}, {wheel.name})")
 
 
 def looks_of(settings: PerfSettings) -> dict[str, int]:

@@ -81,7 +81,7 @@ def current() -> Environment:
 
 def probe(python: str, label: str, option: str) -> Environment:
     """The environment of interpreter `python`, checked to import torch and transformers."""
-    what = f"{option} {label if option == SPEC_OPTION else python}"
+    what = label if option == SPEC_OPTION else f"{option} {python}"
     try:
         r = subprocess.run([python, "-I", str(PROBE)], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                            cwd=PROBE.parent)
@@ -140,14 +140,15 @@ def key(spec: str, parent: Environment) -> str:
 
 
 def build(spec: str, parent: Environment | None = None, *, root: Path | None = None,
-          say: Callable[[str], None] | None = None) -> Environment:
+          say: Callable[[str], None] | None = None, label: str | None = None) -> Environment:
     """--perf-base-env SPEC: the overlay of `parent` (this environment) with SPEC installed, built
-    once and then reused; `say` gets one line per step (the terminal), and each step is logged."""
+    once and then reused; `say` gets one line per step (the terminal), and each step is logged.
+    `label` names the environment in those lines and in errors (default `--perf-base-env SPEC`)."""
     parent = parent or current()
     if not spec.strip():
         raise ArmEnvironmentError(f"{SPEC_OPTION}: empty; give a requirement (transformers==5.22.0), a wheel or a "
                                 "requirements file")
-    label = f"{SPEC_OPTION} {spec}"
+    label = label or f"{SPEC_OPTION} {spec}"
     root = root or cache_root() / "envs"
     digest = key(spec, parent)
     final = root / digest
@@ -172,7 +173,7 @@ def build(spec: str, parent: Environment | None = None, *, root: Path | None = N
             shutil.rmtree(final)
         work = root / (locks.owned_name(PARTIAL) + digest)
         try:
-            _make_overlay(work, parent, spec, step)
+            _make_overlay(work, parent, spec, step, label)
             built = probe(str(work / "bin" / "python"), label, SPEC_OPTION)
             (work / "ready").write_text(json.dumps({"spec": spec, "parent": parent.python}) + "\n")
             work.rename(final)
@@ -207,9 +208,8 @@ def _remove_if_free(built: Path) -> bool:
         return free
 
 
-def _make_overlay(work: Path, parent: Environment, spec: str, step: Callable[[str], None]) -> None:
+def _make_overlay(work: Path, parent: Environment, spec: str, step: Callable[[str], None], label: str) -> None:
     """A virtual environment at `work` that sees `parent`'s packages after its own, with SPEC installed."""
-    label = f"{SPEC_OPTION} {spec}"
     step("creating a virtual environment over this one")
     made = subprocess.run([parent.python, "-m", "venv", "--without-pip", str(work)], capture_output=True, text=True,
                           timeout=PROBE_TIMEOUT_S)
