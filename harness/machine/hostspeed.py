@@ -14,9 +14,9 @@ measures what decoding leans on, each as a rate (higher is faster):
 
 Each is timed REPEATS times after one warm-up (the median rate: a draw), and the probe takes DRAWS
 draws of the three in turn, each rate the median of its draws; every draw is kept in the probe. The
-whole probe takes about three seconds. `--perf-update-baselines` records it in every record it writes; the stored gate
-measures it again and compares (`compare()`): beyond THRESHOLD on any rate, the host is not
-comparable and the stored gate defers to the A/B gate.
+whole probe takes a few seconds. `--perf-update-baselines` records it in every record it writes;
+the stored gate measures it again and compares (`compare()`): beyond THRESHOLD on any rate, the
+host is not comparable and the stored gate defers to the A/B gate.
 """
 
 from __future__ import annotations
