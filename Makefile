@@ -90,7 +90,7 @@ perf-update: fetch
 gate-power: setup
 	$(PY) benchmarks/gate_power.py $(GATE_POWER_ARGS)
 
-# How well the A/B gate tells a slower commit from noise on the default pair (docs/perf-gate.md, "Gate
+# How well the A/B gate tells a slower commit from noise on the default pair (docs/gate-power.md, "Gate
 # power"): first the tests that time the planted slowdowns live (marker `planted`), then real gates
 # per planted slowdown (A/A, a 10% slower target, a 20% slower draft, and the phase levels: a 10%
 # slower draft, a 10% slower verification pass, and 5 ms of host work before each verification: the
@@ -106,7 +106,7 @@ gate-power-ab: fetch
 	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS) --levels $(AB_POWER_LEVELS)
 	$(PY) benchmarks/ab_power.py $(AB_POWER_ARGS) --levels 0,0.05 --tolerance 0.05
 
-# docs/perf-gate.md's gate-power table made again from every kept gate (benchmarks/data/ab_power_*.jsonl),
+# docs/gate-power.md's gate-power table made again from every kept gate (benchmarks/data/ab_power_*.jsonl),
 # resampling the A/A rows whose rounds changed (minutes); a unit test checks the doc holds it.
 gate-power-table: setup
 	$(PY) benchmarks/gate_power_table.py --resample --write

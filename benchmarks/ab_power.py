@@ -63,7 +63,7 @@ REPO = Path(__file__).resolve().parents[1]
 ENV = "env"  # a level planted in the candidate's Python environment (a slower copy of transformers)
 # Resampled false-alarm rates from fewer worker pairs than this are said to be rough: each pair is then
 # a large share of every draw, and 12 and 16 pairs gave 12.0% and 3.0% where no real gate erred
-# (docs/perf-gate.md, "Gate power: real gates and resampled ones").
+# (docs/gate-power.md, "Gate power: real gates and resampled ones").
 MIN_PAIRS = 20
 
 
@@ -103,7 +103,7 @@ def parse_args(argv):
     p.add_argument("--cpu", default=None, metavar="NAME",
                    help="whose kept gates to count and report: this host's CPU (the default, the only one that takes "
                    f"more gates), '{NOT_RECORDED}' for those kept before the CPU was recorded, or a name as "
-                   "docs/perf-gate.md's tables give it (\"AMD EPYC, family 26 model 2\")")
+                   "docs/gate-power.md's tables give it (\"AMD EPYC, family 26 model 2\")")
     return p.parse_args(argv)
 
 
@@ -494,7 +494,7 @@ def main(argv=None) -> int:
     if args.gates and not all(takes_gates(plan.mode, has_stand_in(g)) for g in setup):
         raise SystemExit(f"{args.out}: holds gates side by side without the stand-in (kept before 2026-12-02); "
                          "side by side has it now, so its gates go to a file of their own: give another --out (the "
-                         "commands under docs/perf-gate.md's gate-power tables name it)")
+                         "commands under docs/gate-power.md's tables name it)")
     if args.gates:
         here = environment.current()
         repo = revision.repository_root(REPO)
@@ -546,7 +546,7 @@ def on_host(gates: list[dict], cpu: str | None) -> list[dict]:
     """The gates of one CPU (host_of): those a run there counts on (at its tolerance) and whose A/A rounds
     its resampled gates draw from. One class covers several CPUs (an "AMD EPYC" VM may be a Zen 4 or a
     Zen 5), so a gate counts for the CPU it recorded and no other; one kept before the CPU was recorded
-    counts for none but `None` (--cpu "not recorded"; docs/perf-gate.md's tables show those apart)."""
+    counts for none but `None` (--cpu "not recorded"; docs/gate-power.md's tables show those apart)."""
     return [g for g in gates if host_of(g) == cpu]
 
 

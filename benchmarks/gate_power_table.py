@@ -7,7 +7,7 @@ issues 25 and 27 are met (on the combination each class's merge gate runs today;
 combinations are kept as what was measured, with no target). A/A rows add the rates of gates resampled
 from the file's A/A rounds (benchmarks/ab_power.py's resampling), kept in
 benchmarks/data/ab_power_resampled.json because they take minutes; a row whose rounds or the gate's
-stopping rule changed since says so until --resample runs. docs/perf-gate.md holds the table between
+stopping rule changed since says so until --resample runs. docs/gate-power.md holds the table between
 its markers; a unit test checks that it is the one these files make, so a figure there has one home:
 the data.
 
@@ -43,7 +43,7 @@ log = logging.getLogger("gate_power_table")
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "benchmarks" / "data"
-DOC = REPO / "docs" / "perf-gate.md"
+DOC = REPO / "docs" / "gate-power.md"
 RESAMPLED = DATA / "ab_power_resampled.json"
 BEGIN = "<!-- gate-power-table: made by python benchmarks/gate_power_table.py --write from benchmarks/data; edit the data, not this table -->"
 END = "<!-- /gate-power-table -->"

@@ -1,4 +1,4 @@
-"""benchmarks/gate_power_table.py: docs/perf-gate.md's gate-power table is the one the kept gates
+"""benchmarks/gate_power_table.py: docs/gate-power.md's table is the one the kept gates
 make, and each row is judged against the issues' targets as they are written."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_the_doc_holds_the_table_the_data_make(gpt, kept_table):
     doc = gpt.DOC.read_text(encoding="utf-8")
     assert gpt.BEGIN in doc and gpt.END in doc, f"{gpt.DOC}: the gate-power table's markers are gone"
     written = doc[doc.index(gpt.BEGIN) + len(gpt.BEGIN):doc.index(gpt.END)].strip("\n")
-    assert written == kept_table, ("docs/perf-gate.md's gate-power table is not the one benchmarks/data makes: "
+    assert written == kept_table, ("docs/gate-power.md's table is not the one benchmarks/data makes: "
                              "run python benchmarks/gate_power_table.py --resample --write")
 
 
@@ -107,8 +107,8 @@ def test_a_target_judges_what_todays_gate_decides_on_the_recorded_rounds(gpt):
 
 
 def test_a_doc_without_markers_is_named(gpt, tmp_path):
-    with pytest.raises(SystemExit, match="perf-gate.md: the markers"):
-        gpt.replace_between_markers("no table here", "| table |", tmp_path / "perf-gate.md")
+    with pytest.raises(SystemExit, match="gate-power.md: the markers"):
+        gpt.replace_between_markers("no table here", "| table |", tmp_path / "gate-power.md")
     text = f"before\n{gpt.BEGIN}\nold\n{gpt.END}\nafter"
     assert gpt.replace_between_markers(text, "new", tmp_path) == f"before\n{gpt.BEGIN}\nnew\n{gpt.END}\nafter"
 
