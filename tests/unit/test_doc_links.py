@@ -3,6 +3,7 @@ section (`file.md#anchor`), a heading of that file: a doc moved or a heading ren
 link silently."""
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -27,6 +28,12 @@ def anchors(markdown: str) -> set[str]:
     return out
 
 
+@functools.cache
+def headings_of(file: Path) -> frozenset[str]:
+    """A file's anchors, read and parsed once however many links point into it."""
+    return frozenset(anchors(file.read_text()))
+
+
 def links(doc: Path) -> list[str]:
     return [t for t in LINK.findall(FENCE.sub("", doc.read_text())) if not re.match(r"[a-z]+:", t)]
 
@@ -39,7 +46,7 @@ def test_every_relative_link_reaches_its_file_and_heading(doc):
         file = (doc.parent / path).resolve() if path else doc
         if not file.exists():
             broken.append(f"{target}: no file {file.relative_to(REPO) if file.is_relative_to(REPO) else file}")
-        elif anchor and file.suffix == ".md" and anchor not in anchors(file.read_text()):
+        elif anchor and file.suffix == ".md" and anchor not in headings_of(file):
             broken.append(f"{target}: no heading of {file.name} makes #{anchor}")
     assert not broken, f"{doc.relative_to(REPO)}: " + "; ".join(broken)
 
