@@ -9,6 +9,8 @@ prints, per setting and round order, the mean ln(candidate/base) of each metric 
 
     python benchmarks/duet_standin.py --level 0.1 --rounds 16 --out benchmarks/data/duet_standin_amx.jsonl
     python benchmarks/duet_standin.py --out benchmarks/data/duet_standin_amx.jsonl --show   # the kept rows
+
+What the kept rows showed: docs/gate-studies.md, "The stand-in".
 """
 
 from __future__ import annotations

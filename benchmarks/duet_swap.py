@@ -14,6 +14,8 @@ the per-round spread (sd) and mean of ln(candidate/base) under each setting.
     python benchmarks/duet_swap.py --swap 0.05 --even-swap 0.05 --even-base-first --rounds 64 --out benchmarks/data/duet_swap_amx.jsonl
     python benchmarks/duet_swap.py --swap 0.05 --even-swap 0.05 --even-base-first --level 0.1 --rounds 16 --out benchmarks/data/duet_swap_amx.jsonl
     python benchmarks/duet_swap.py --out benchmarks/data/duet_swap_avx2.jsonl --show   # the kept rows
+
+What the kept rows showed: docs/gate-studies.md, "Exchanging cores within a round" and "Which arm moves first".
 """
 
 from __future__ import annotations

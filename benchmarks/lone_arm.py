@@ -7,6 +7,8 @@ random order every cycle; prints the mean over cycles of each trial's median ste
 JSON row to --out.
 
     python benchmarks/lone_arm.py --cycles 4 --out benchmarks/data/lone_arm_amx.jsonl
+
+What the kept row showed: docs/gate-studies.md, "The stand-in".
 """
 
 from __future__ import annotations

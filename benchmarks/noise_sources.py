@@ -15,7 +15,7 @@ Then, over the file's A/A gates, two ways a gate might see through that noise:
 and what the worker restarts are for: the spread between worker pairs (blocks of `restart_every`
 rounds) beside the spread within one, by a one-way analysis of variance; and the spread of each
 place in a worker pair (its first round, its second, ...), which shows what a start leaves in the
-rounds after it (docs/perf-gate.md, "The first round of a worker"); and, over every gate of the file by
+rounds after it (docs/gate-studies.md, "The first round of a worker"); and, over every gate of the file by
 the candidate's commit, how often an arm's round at each place held a one-off spike of host work,
 and, where the rows kept them, how often it took over 100 page faults (touched memory anew).
 

@@ -17,7 +17,8 @@ They were measured with (the second under benchmarks/noisy_host.py --duty 0.3 --
 
 With --shift each sd has the mean ln(candidate / base) beside it: what a gate with a planted slowdown
 (--perf-plant-slowdown 0.1 --perf-plant-into verify) saw in each phase, on the wall clock and in CPU
-time (benchmarks/data/phase_spread_avx2_duet-standin-cpu_noisy*.json, docs/perf-gate.md).
+time (benchmarks/data/phase_spread_avx2_duet-standin-cpu_noisy*.json). The rows kept and what they chose:
+docs/gate-studies.md, "Which statistic each phase is gated by".
 """
 
 from __future__ import annotations

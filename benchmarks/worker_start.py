@@ -8,7 +8,7 @@ restart paragraph. With --rounds N each start also runs N rounds side by side, a
 rounds after a (re)start, and the row keeps each arm's metrics, gated phases and page faults by round;
 --show then prints how far each tree's first round stood from the rounds after it, and at each round
 after a start in how many arms the round took over 100 page faults, touching memory anew
-(docs/perf-gate.md, "The first round of a worker").
+(docs/gate-studies.md, "The first round of a worker").
 
     python benchmarks/worker_start.py --starts 3 --out benchmarks/data/worker_start_avx2.jsonl
     python benchmarks/worker_start.py --starts 5 --rounds 4 --out benchmarks/data/first_round_avx512-bf16.jsonl

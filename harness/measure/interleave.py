@@ -42,13 +42,13 @@ def warm_up(arms: Sequence[T], run: Callable[[T, Any, DecodeSettings], Any], inp
     others run once, briefly (warmup_settings()), on the first input. The perf gate puts its assisted
     mode in `full`: its verification passes take up to K+1 tokens, and after a short warm-up the
     first round of a worker spread wider on one class and its host work ran slower on another
-    (docs/perf-gate.md, "The first round of a worker"). The bench and the comparison tables
+    (docs/gate-studies.md, "The first round of a worker"). The bench and the comparison tables
     (benchmarks/combination_table.py, attention_table.py), which run each prompt once per arm, keep
     the short warm-up: a full one would double their assisted runs.
 
     `cycles`: how many times the whole warm-up runs. A process's allocator goes on growing its heap
     over its first runs, and a run that grows it pays for every page it touches for the first time;
-    the perf gate warms up twice, after which its rounds touched no new memory (docs/perf-gate.md,
+    the perf gate warms up twice, after which its rounds touched no new memory (docs/gate-studies.md,
     "The first round of a worker")."""
     if cycles < 1:
         raise ValueError(f"cycles must be at least 1, got {cycles}")

@@ -1,6 +1,7 @@
 """Every relative link in the README and docs/ reaches a file of the repository and, where it names a
-section (`file.md#anchor`), a heading of that file: a doc moved or a heading renamed breaks no reader's
-link silently."""
+section (`file.md#anchor`), a heading of that file; and every pointer from the code or a doc to a
+section by its title (`docs/perf-gate.md, "The statistics"`) names a file there and the start of one
+of its headings: a doc moved or a heading renamed breaks no reader's link or pointer silently."""
 from __future__ import annotations
 
 import functools
@@ -11,8 +12,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+CODE = [*(p for room in ("harness", "benchmarks", "quant", "tests") for p in sorted((REPO / room).rglob("*.py"))
+          if p != Path(__file__).resolve()), REPO / "conftest.py", REPO / "Makefile"]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+# `docs/perf-gate.md, "The statistics"` (in a doc also `perf-gate.md, "The statistics"`), the title
+# possibly broken over lines of a comment or docstring
+POINTER = re.compile(r'((?:docs/)?[\w-]+\.md),? "([^"]+)"')
 
 
 def anchors(markdown: str) -> set[str]:
@@ -34,6 +40,35 @@ def headings_of(file: Path) -> frozenset[str]:
     return frozenset(anchors(file.read_text()))
 
 
+@functools.cache
+def titles_of(file: Path) -> tuple[str, ...]:
+    """A file's headings as written, backticks dropped."""
+    headings = re.findall(r"^#{1,6} (.+)$", FENCE.sub("", file.read_text()), re.M)
+    return tuple(h.replace("`", "").strip() for h in headings)
+
+
+def pointers(text: str, comments: bool = True) -> list[tuple[str, str]]:
+    """Each (file, title) a text points to: line breaks inside a title, and in code (`comments`) the
+    comment markers that start its lines, read as a space."""
+    flat = re.sub(r"\s+", " ", re.sub(r"\n[ \t]*#+[ \t]?", " ", text) if comments else text)
+    return [(file, " ".join(title.replace("`", "").split())) for file, title in POINTER.findall(flat)]
+
+
+def broken_pointers(source: Path) -> list[str]:
+    """The pointers of `source` whose file is neither at the top of the repository (`README.md`,
+    `docs/ci.md`) nor in docs/ (`ci.md`), or whose title starts none of that file's headings."""
+    markdown = source.suffix == ".md"
+    text = FENCE.sub("", source.read_text()) if markdown else source.read_text()
+    broken = []
+    for name, title in pointers(text, comments=not markdown):
+        file = REPO / name if (REPO / name).exists() else REPO / "docs" / name
+        if not file.exists():
+            broken.append(f"{name}: no such file")
+        elif not any(heading.startswith(title) for heading in titles_of(file)):
+            broken.append(f'{name}, "{title}": no heading of {file.name} starts so')
+    return broken
+
+
 def links(doc: Path) -> list[str]:
     return [t for t in LINK.findall(FENCE.sub("", doc.read_text())) if not re.match(r"[a-z]+:", t)]
 
@@ -49,6 +84,17 @@ def test_every_relative_link_reaches_its_file_and_heading(doc):
         elif anchor and file.suffix == ".md" and anchor not in headings_of(file):
             broken.append(f"{target}: no heading of {file.name} makes #{anchor}")
     assert not broken, f"{doc.relative_to(REPO)}: " + "; ".join(broken)
+
+
+@pytest.mark.parametrize("source", CODE + DOCS, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_pointer_to_a_section_names_one_of_its_headings(source):
+    broken = broken_pointers(source)
+    assert not broken, f"{source.relative_to(REPO)}: " + "; ".join(broken)
+
+
+def test_a_pointer_may_break_over_comment_lines():
+    text = '# see docs/perf-gate.md, "Which phase keeps\n    # the gate looking"; and (docs/ci.md "CI")\n'
+    assert pointers(text) == [("docs/perf-gate.md", "Which phase keeps the gate looking"), ("docs/ci.md", "CI")]
 
 
 def test_the_anchor_rule_is_githubs():

@@ -238,7 +238,7 @@ def test_the_warm_up_runs_the_assisted_mode_on_every_prompt_at_full_length_twice
     """Its verification passes take up to K+1 tokens, each count a shape of its own: the first
     measured round must not be the first to see them. Plain runs once, briefly. The whole warm-up
     runs twice: the allocator's heap grows over a process's first runs, and the first round must not
-    pay for the pages it touches for the first time (docs/perf-gate.md, "The first round of a worker")."""
+    pay for the pages it touches for the first time (docs/gate-studies.md, "The first round of a worker")."""
     matrix = registry.load_matrix(write_local_matrix(tmp_path))
     combo = next(c for c in combinations(matrix) if c.pair == "tiny+draft")
     runner = Runner(combo, load_pair(combo), PerfSettings.from_matrix(matrix, prompts=3))

@@ -4,12 +4,12 @@ round exchange them every `--perf-duet-swap` seconds.
 
 Why: on a shared 2-core VM two threads of one process wait on each other, and that spread is most
 of the A/B gate's noise there; one thread per process is several times steadier, and two such
-processes side by side cost each other little (docs/perf-gate.md has the measurements). Running
-both arms at once also puts whatever the host does in that minute on both; swapping the cores
+processes side by side cost each other little (docs/gate-studies.md, "One thread an arm", has the
+measurements). Running both arms at once also puts whatever the host does in that minute on both; swapping the cores
 every round cancels a steady offset between the two cores, and exchanging them every fraction of a
 second within the round cancels the spells in which one core runs slower than the other for
 seconds (on the AMD EPYC Zen 3 VM that cut the per-round spread of plain tokens/s from 7.4% to
-0.9%: docs/perf-gate.md, "Side by side (duet)").
+0.9%: docs/gate-studies.md, "Exchanging cores within a round").
 
 Everything here is done to the worker from outside (its environment at start, the affinity of
 every thread it has), so a base revision from before duet runs side by side too.
@@ -29,7 +29,8 @@ OPTION = "--perf-duet"
 SWAP_OPTION = "--perf-duet-swap"
 SYNC_OPTION = "--perf-duet-sync"
 CHOICES = ("on", "off", "auto")
-SWAP_S = 0.05       # the default period of the exchange within a round (docs/perf-gate.md, "Side by side (duet)")
+# the default period of the exchange within a round (docs/gate-studies.md, "Exchanging cores within a round")
+SWAP_S = 0.05
 MIN_SWAP_S = 0.05   # shorter: the controller's wake-ups and the moves start to cost the arms
 DUET, INTERLEAVED = "duet", "interleaved"
 # The thread pools a worker may start, each held to one thread: torch's intra-op pool reads
@@ -162,7 +163,7 @@ class Swapping:
         """The n-th exchange (from 1) as (pid, core) moves, in order: each arm to the core the other
         holds. The arm moved first shares that core with the other until the other is moved off, so
         the first mover alternates between the arms and each waits as often as the other (a fixed
-        order leaned the gate towards the arm moved second: docs/perf-gate.md, "Side by side (duet)")."""
+        order leaned the gate towards the arm moved second: docs/gate-studies.md, "Which arm moves first")."""
         flip = n % 2
         return [(self.pids[i], self.cores[(i + flip) % 2]) for i in ((0, 1) if flip else (1, 0))]
 

@@ -281,7 +281,7 @@ class ABGate:
         """Both arms' round with each run started together: after every run but the last, a worker says
         so and waits; the first to get there has the stand-in on its core until the other does too,
         then both are told to go on. Without it a slower arm falls behind within the round, and each
-        arm's later runs meet the other's in another mode (docs/perf-gate.md, "The arms are not in step
+        arm's later runs meet the other's in another mode (docs/perf-gate.md, "The arms in step
         within a round"). `where`: each arm's place for the stand-in (the exchange, or its core)."""
         finals: dict[str, dict[str, Any]] = {}
         waiting: dict[str, int] = {}  # arm -> runs done, at the barrier

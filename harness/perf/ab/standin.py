@@ -3,8 +3,8 @@ process doing the same kind of work, until the other arm finishes too, so that n
 the end of its round alone.
 
 Why: both arms start a round together but seldom end it together, and an arm that runs alone
-while the arms exchange cores runs slower than beside a partner (measured: docs/perf-gate.md,
-"Side by side (duet)", the stand-in). A slower candidate then read slower still in the mode it ran
+while the arms exchange cores runs slower than beside a partner (measured: docs/gate-studies.md,
+"The stand-in"). A slower candidate then read slower still in the mode it ran
 last, and which mode that is depends on the round's order.
 
 The work: one thread streaming bf16 matrix-vector products over STREAM_MB of weights, in chunks of

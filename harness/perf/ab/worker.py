@@ -17,7 +17,7 @@ one-line "error".
 With "sync": true (feature "runs-together"), between two runs of the round (a prompt in one mode) the
 worker answers {"ok": true, "between": k, "of": n} after its k-th of n runs and waits for {"op": "go"} before the
 next: side by side, the controller starts each run of both arms together (docs/perf-gate.md, "The
-arms are not in step within a round"). A worker without the feature runs its round through.
+arms in step within a round"). A worker without the feature runs its round through.
 
 A revision whose tree has no such module predates the A/B gate and cannot be a base.
 """
