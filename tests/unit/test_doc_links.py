@@ -16,9 +16,15 @@ CODE = [*(p for room in ("harness", "benchmarks", "quant", "tests") for p in sor
           if p != Path(__file__).resolve()), REPO / "conftest.py", REPO / "Makefile"]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+HEADING = re.compile(r"^#{1,6} (.+)$", re.M)
 # `docs/perf-gate.md, "The statistics"` (in a doc also `perf-gate.md, "The statistics"`), the title
 # possibly broken over lines of a comment or docstring
 POINTER = re.compile(r'((?:docs/)?[\w-]+\.md),? "([^"]+)"')
+
+
+def headings(markdown: str) -> list[str]:
+    """A markdown text's headings as written, outside fenced code."""
+    return HEADING.findall(FENCE.sub("", markdown))
 
 
 def anchors(markdown: str) -> set[str]:
@@ -26,7 +32,7 @@ def anchors(markdown: str) -> set[str]:
     a repeated heading numbered from -1."""
     seen: dict[str, int] = {}
     out = set()
-    for heading in re.findall(r"^#{1,6} (.+)$", FENCE.sub("", markdown), re.M):
+    for heading in headings(markdown):
         slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
         n = seen.get(slug, 0)
         seen[slug] = n + 1
@@ -43,8 +49,7 @@ def headings_of(file: Path) -> frozenset[str]:
 @functools.cache
 def titles_of(file: Path) -> tuple[str, ...]:
     """A file's headings as written, backticks dropped."""
-    headings = re.findall(r"^#{1,6} (.+)$", FENCE.sub("", file.read_text()), re.M)
-    return tuple(h.replace("`", "").strip() for h in headings)
+    return tuple(h.replace("`", "").strip() for h in headings(file.read_text()))
 
 
 def pointers(text: str, comments: bool = True) -> list[tuple[str, str]]:
