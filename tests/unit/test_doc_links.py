@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -30,9 +31,13 @@ def headings(markdown: str) -> list[str]:
 def anchors(markdown: str) -> set[str]:
     """The anchors GitHub gives a file's headings: lower case, punctuation dropped, spaces as hyphens,
     a repeated heading numbered from -1."""
+    return anchors_of_headings(headings(markdown))
+
+
+def anchors_of_headings(titles: Iterable[str]) -> set[str]:
     seen: dict[str, int] = {}
     out = set()
-    for heading in headings(markdown):
+    for heading in titles:
         slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
         n = seen.get(slug, 0)
         seen[slug] = n + 1
@@ -41,15 +46,19 @@ def anchors(markdown: str) -> set[str]:
 
 
 @functools.cache
-def headings_of(file: Path) -> frozenset[str]:
-    """A file's anchors, read and parsed once however many links point into it."""
-    return frozenset(anchors(file.read_text()))
+def headings_of(file: Path) -> tuple[str, ...]:
+    """A file's headings as written, read and parsed once however many links and pointers reach it."""
+    return tuple(headings(file.read_text()))
 
 
 @functools.cache
-def titles_of(file: Path) -> tuple[str, ...]:
-    """A file's headings as written, backticks dropped."""
-    return tuple(h.replace("`", "").strip() for h in headings(file.read_text()))
+def anchors_of(file: Path) -> frozenset[str]:
+    return frozenset(anchors_of_headings(headings_of(file)))
+
+
+def titles_of(file: Path) -> list[str]:
+    """A file's headings, backticks dropped: what a pointer's title is read against."""
+    return [h.replace("`", "").strip() for h in headings_of(file)]
 
 
 def pointers(text: str, comments: bool = True) -> list[tuple[str, str]]:
@@ -86,7 +95,7 @@ def test_every_relative_link_reaches_its_file_and_heading(doc):
         file = (doc.parent / path).resolve() if path else doc
         if not file.exists():
             broken.append(f"{target}: no file {file.relative_to(REPO) if file.is_relative_to(REPO) else file}")
-        elif anchor and file.suffix == ".md" and anchor not in headings_of(file):
+        elif anchor and file.suffix == ".md" and anchor not in anchors_of(file):
             broken.append(f"{target}: no heading of {file.name} makes #{anchor}")
     assert not broken, f"{doc.relative_to(REPO)}: " + "; ".join(broken)
 

@@ -5,8 +5,8 @@ round exchange them every `--perf-duet-swap` seconds.
 Why: on a shared 2-core VM two threads of one process wait on each other, and that spread is most
 of the A/B gate's noise there; one thread per process is several times steadier, and two such
 processes side by side cost each other little (docs/gate-studies.md, "One thread an arm", has the
-measurements). Running both arms at once also puts whatever the host does in that minute on both; swapping the cores
-every round cancels a steady offset between the two cores, and exchanging them every fraction of a
+measurements). Running both arms at once also puts whatever the host does in that minute on both;
+swapping the cores every round cancels a steady offset between the two cores, and exchanging them every fraction of a
 second within the round cancels the spells in which one core runs slower than the other for
 seconds (on the AMD EPYC Zen 3 VM that cut the per-round spread of plain tokens/s from 7.4% to
 0.9%: docs/gate-studies.md, "Exchanging cores within a round").
