@@ -38,34 +38,21 @@ DISPATCH_OPS = 2000
 NAMES = {"memory_gbs": "memory bandwidth", "gemv_bf16_gbs": "bf16 GEMV", "dispatch_kops": "op dispatch"}
 UNITS = {"memory_gbs": "GB/s", "gemv_bf16_gbs": "GB/s", "dispatch_kops": "kop/s"}
 
-# THRESHOLD: how far a rate may be from the stored one on a comparable host. Set from the probe's
-# own spread between processes (an update and a later gate are separate processes) on this
-# project's 2-core Intel Xeon (AMX) VM, each probe in a fresh process
-# (benchmarks/hostspeed_spread.py --runs 30):
-#   quiet host (nothing else running), 30 probes:
-#     memory_gbs     median 23.4 GB/s  sd(log) 1.5%  range -4.4% .. +3.3%
-#     gemv_bf16_gbs  median 16.6 GB/s  sd(log) 1.4%  range -4.0% .. +3.4%
-#     dispatch_kops  median  578 kop/s sd(log) 1.2%  range -3.1% .. +2.7%
-#     no pair of the 870 differs by 10% or more.
-#   beside other model jobs (60 probes): memory median 11.2 GB/s, GEMV 7.72 GB/s, dispatch 578 kop/s,
-#     sd(log) 3.4% / 6.1% / 2.1%; against each other, 25% called 0.1% of pairs not comparable.
-# So a busy host reads about half the quiet memory and GEMV rates and defers (it is not comparable
-# while busy), and 25% leaves the quiet spread (under 5%) a wide margin. The probe is measured in
-# the pytest process before the first model loads, in an update and a check alike: measured after
-# the models had run, the memory rate read 31.5 GB/s on the same host (+35%). The GEMV layer is
-# 16384 x 8192: an 8192 x 8192 one was bimodal between processes (6.7 or 8.4 GB/s, busy host). In 2
-# of 20 earlier processes memory and GEMV rates were 2.2-2.3x the usual for the whole process: a
-# host in such a state is not comparable either, and defers.
-# Those figures are with two threads. On a host whose threads wait on each other (an AMD EPYC VM)
-# the probe at two threads defers about half the checks; at one pinned thread (the stored gate's
-# default, harness/perf/stored/placement.py) it spreads a few percent: docs/perf-gate.md, "Where the
-# stored gate measures", has both.
+# THRESHOLD: how far a rate may be from the stored one on a comparable host. It is beyond the probe's
+# own spread between fresh processes on an unchanged host (an update and a later gate are separate
+# processes) and well inside the difference between hosts of one platform id; a busy host reads
+# about half the quiet memory and GEMV rates, and defers. The probe runs in the pytest process
+# before the first model loads, in an update and a check alike (after the models have run, memory
+# reads faster on the same host). The GEMV layer is 16384 x 8192: an 8192 x 8192 one was bimodal
+# between processes. docs/gate-studies.md, "The host-speed probe's spread", has the figures: the
+# spread quiet, busy, with two threads and with one pinned thread (the stored gate's default,
+# harness/perf/stored/placement.py), and the processes whose rates ran about twice the usual.
 THRESHOLD = 0.25
 
 # DRAWS: on a host whose one-thread rates dip for about a second now and then (the AMD EPYC Zen 4
 # VM), a probe of one draw that caught a dip deferred a check on its own host; the median of three
-# draws in turn leaves out one dip. docs/perf-gate.md, "Where the stored gate measures", has the
-# deferral rates of one draw and of three on that host.
+# draws in turn leaves out one dip. docs/gate-studies.md, "Three draws", has the deferral rates of
+# one draw and of three on that host.
 DRAWS = 3
 
 

@@ -2,8 +2,8 @@
 one core (`one`, the default), or with torch's threads on every core the process may use (`all`).
 
 Why one: on a shared 2-core VM two threads of one process wait on each other, and that spread is
-most of the noise there; one thread pinned to a core is several times steadier (docs/perf-gate.md
-has the measurements). The host-speed probe is measured the same way, so the probe of an update and
+most of the noise there; one thread pinned to a core is several times steadier (docs/gate-studies.md,
+"One thread for the stored gate", has the measurements). The host-speed probe is measured the same way, so the probe of an update and
 of a later check compare like with like. What one thread cannot see: a change in how a step scales
 over threads; `--perf-threads all` measures that (with its spread).
 
