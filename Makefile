@@ -152,8 +152,8 @@ history-report: setup
 # spread 3-4x the default pair's on a noisy host, so they decide late or not at all (docs/perf-gate.md,
 # "Which combinations the merge gate runs"); add them with AB_PAIRS. E.g. make perf-ab AGAINST=HEAD~1
 # AB_MAX_ROUNDS caps the rounds at 16 (the registry's cap is 32) so that make test stays within 30
-# minutes on a noisy host: on the quiet AMD VM every measured gate decided by 16 rounds; under noise
-# more gates end UNDECIDED, a warning (docs/perf-gate.md, "The merge gate's cap").
+# minutes on a noisy host: on a quiet AMD VM nearly every measured gate decided by 16 rounds; under
+# noise more gates end UNDECIDED, a warning (docs/gate-studies.md, "The merge gate's cap").
 AGAINST       ?= reference
 AB_PAIRS      ?= $(PAIR)
 AB_MAX_ROUNDS ?= 16
