@@ -28,13 +28,9 @@ def headings(markdown: str) -> list[str]:
     return HEADING.findall(FENCE.sub("", markdown))
 
 
-def anchors(markdown: str) -> set[str]:
+def anchors(titles: Iterable[str]) -> set[str]:
     """The anchors GitHub gives a file's headings: lower case, punctuation dropped, spaces as hyphens,
     a repeated heading numbered from -1."""
-    return anchors_of_headings(headings(markdown))
-
-
-def anchors_of_headings(titles: Iterable[str]) -> set[str]:
     seen: dict[str, int] = {}
     out = set()
     for heading in titles:
@@ -53,12 +49,13 @@ def headings_of(file: Path) -> tuple[str, ...]:
 
 @functools.cache
 def anchors_of(file: Path) -> frozenset[str]:
-    return frozenset(anchors_of_headings(headings_of(file)))
+    return frozenset(anchors(headings_of(file)))
 
 
-def titles_of(file: Path) -> list[str]:
+@functools.cache
+def titles_of(file: Path) -> tuple[str, ...]:
     """A file's headings, backticks dropped: what a pointer's title is read against."""
-    return [h.replace("`", "").strip() for h in headings_of(file)]
+    return tuple(h.replace("`", "").strip() for h in headings_of(file))
 
 
 def pointers(text: str, comments: bool = True) -> list[tuple[str, str]]:
@@ -113,4 +110,4 @@ def test_a_pointer_may_break_over_comment_lines():
 
 def test_the_anchor_rule_is_githubs():
     text = "# The merge gate's cap\n## Side by side (duet)\n### `amx`: Intel Xeon\n## A round\n## A round\n"
-    assert anchors(text) == {"the-merge-gates-cap", "side-by-side-duet", "amx-intel-xeon", "a-round", "a-round-1"}
+    assert anchors(headings(text)) == {"the-merge-gates-cap", "side-by-side-duet", "amx-intel-xeon", "a-round", "a-round-1"}
